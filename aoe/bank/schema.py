@@ -1,0 +1,267 @@
+"""The one registry of bank keys and knowledge per operator family, and the canonical key packing.
+
+A *key* (`info_dict`) identifies one case of one operator; the *knowledge* is the strategy stored for it.
+
+Packing (what the uint32 `id` hashes; stable across versions, never change without a migration):
+- MatMul and Conv families: every key field in the registry order below as a little-endian signed
+  int64 (`struct` format `<q`), nothing else. The op type is not packed: it is in the file name,
+  like SoC and core count in CANN.
+- Vector family (all other op types): the magic `b"AOEV"`, then
+  the op type as a u32 byte length + UTF-8 bytes;
+  `input_shapes` as a u32 count, then per shape a u32 rank + rank little-endian int64 dims;
+  `input_dtypes`, `input_formats`, `output_dtypes`, `output_formats` each as a u32 count + int64 codes;
+  `attrs` as u32 length + UTF-8 of its canonical JSON (keys sorted, no spaces, no NaN/Infinity).
+Integers in keys are always JSON integers (never booleans); dtype/format fields hold the codes of
+`aoe.bank.codes`. `canonical_key` accepts friendlier input (names, bools for flags, defaults) and
+returns the exact dict that is stored and packed.
+"""
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from ..errors import AoeError
+from .codes import dtype_code, format_code
+
+
+class BankKeyError(AoeError):
+    """A key or knowledge dict does not match the schema of its operator type."""
+
+
+MATMUL_OPS = ("MatMul", "MatMulV2", "MatMulV3", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3")
+CONV_OPS = ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "Conv2DBackpropInputD",
+            "Conv2DBackpropFilterD", "DepthwiseConv2D", "DepthwiseConv2DBackpropInput",
+            "DepthwiseConv2DBackpropFilter")
+
+# GemmInputArgs, in CANN's order.
+MATMUL_KEY = (
+    "m", "k", "n",
+    "batch_a1", "batch_a2", "batch_a3", "batch_a4",
+    "batch_b1", "batch_b2", "batch_b3", "batch_b4",
+    "a_dtype", "b_dtype", "out_dtype", "a_format", "b_format", "out_format",
+    "trans_a_flag", "trans_b_flag", "bias_flag", "m_align_flag", "k_align_flag", "n_align_flag",
+)
+# MatMulV3TunnerTiling, in CANN's order; the simulator's matmul strategy vector uses this order too.
+MATMUL_KNOWLEDGE = (
+    "usedCoreNum", "singleCoreM", "singleCoreN", "singleCoreK", "baseM", "baseN", "baseK",
+    "depthA1", "depthB1", "stepM", "stepN", "iterateOrder", "stepKa", "stepKb",
+    "dbL0A", "dbL0B", "dbL0C", "l2MTileCnt", "l2NTileCnt", "l2MTileBlock", "l2NTileBlock",
+    "l2IterateOrder", "tilingEnable",
+)
+CONV_KEY = (
+    "a_dtype", "b_dtype", "c_dtype",
+    "a_shape_n", "a_shape_c", "a_shape_h", "a_shape_w",
+    "b_shape_n", "b_shape_c", "b_shape_h", "b_shape_w",
+    "c_shape_h", "c_shape_w",
+    "a_format", "b_format", "c_format",
+    "groups", "stride_h", "stride_w", "dilation_h", "dilation_w",
+    "pad_top", "pad_bottom", "pad_left", "pad_right", "bias_flag",
+)
+CONV_KNOWLEDGE = (
+    "singleCoreCi", "singleCoreCo", "singleCoreHo", "singleCoreWo", "hoL1", "woL1", "kAL1", "kBL1",
+    "hoL0", "woL0", "kL0", "nL0", "pBufferFlag", "iterateMNOrder", "batchDim", "hoDim", "nDim",
+    "groupDim",
+)
+VECTOR_KEY = ("op_type", "input_shapes", "input_dtypes", "input_formats", "output_dtypes",
+              "output_formats", "attrs")
+VECTOR_KNOWLEDGE = ("blockDim", "tileLen", "doubleBuffer", "impl")
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_U32 = struct.Struct("<I")
+
+
+def _is_int(v: object) -> bool:
+    # bool is an int subclass, but a JSON `true` must not equal a key holding `1`
+    return type(v) is int
+
+
+def _as_int(name: str, v: object) -> int:
+    if isinstance(v, bool):
+        return int(v)
+    if _is_int(v):
+        return v  # type: ignore[return-value]
+    raise BankKeyError(f"key field {name!r} must be an integer, got {v!r}")
+
+
+@dataclass(frozen=True)
+class OpSchema:
+    """Ordered key fields and knowledge fields of one operator family, with packing and checks."""
+
+    family: str
+    key_fields: tuple[str, ...]
+    knowledge_fields: tuple[str, ...]
+    # friendly-input defaults used by canonical_key only (never by pack)
+    defaults: Mapping[str, int] = field(default_factory=dict)
+    _struct: struct.Struct | None = field(default=None, compare=False, repr=False)
+
+    def pack(self, op_type: str, info: Mapping[str, Any]) -> bytes:
+        """Pack an exact (canonical) info_dict into the bytes the id hashes; raise BankKeyError if off-schema."""
+        if self.family == "vector":
+            return _pack_vector(op_type, info)
+        fields = self.key_fields
+        try:
+            vals = [info[f] for f in fields]
+        except KeyError as exc:
+            raise BankKeyError(f"{op_type} key is missing field {exc.args[0]!r}; "
+                               f"{self.family} keys need {', '.join(fields)}") from None
+        except TypeError:
+            raise BankKeyError(f"{op_type} key must be an object, got {type(info).__name__}") from None
+        if len(info) != len(fields):
+            extra = sorted(set(info) - set(fields))
+            raise BankKeyError(f"{op_type} key has fields not in the {self.family} schema: {extra}")
+        for f, v in zip(fields, vals):
+            if type(v) is not int:
+                raise BankKeyError(f"{op_type} key field {f!r} must be an integer, got {v!r}")
+        try:
+            return self._struct.pack(*vals)  # type: ignore[union-attr]
+        except struct.error:
+            raise BankKeyError(f"{op_type} key has a value outside the int64 range: {vals}") from None
+
+    def canonical_key(self, op_type: str, key: Mapping[str, Any]) -> dict[str, Any]:
+        """Return the exact stored form of a key: codes for dtype/format names, ints for flags, schema order."""
+        if not isinstance(key, Mapping):
+            raise BankKeyError(f"{op_type} key must be a mapping, got {type(key).__name__}")
+        if self.family == "vector":
+            return _canonical_vector(op_type, key)
+        unknown = sorted(set(key) - set(self.key_fields))
+        if unknown:
+            raise BankKeyError(f"{op_type} key has fields not in the {self.family} schema: {unknown}; "
+                               f"allowed: {', '.join(self.key_fields)}")
+        out: dict[str, Any] = {}
+        for f in self.key_fields:
+            if f in key:
+                v = key[f]
+            elif f in self.defaults:
+                v = self.defaults[f]
+            else:
+                raise BankKeyError(f"{op_type} key is missing field {f!r}")
+            if f.endswith("_dtype"):
+                v = dtype_code(v)
+            elif f.endswith("_format"):
+                v = format_code(v)
+            out[f] = _as_int(f, v)
+        self.pack(op_type, out)  # range check
+        return out
+
+    def check_knowledge(self, op_type: str, knowledge: Mapping[str, Any]) -> None:
+        """Raise BankKeyError unless every schema knowledge field is present as an integer (extras are free)."""
+        if not isinstance(knowledge, Mapping):
+            raise BankKeyError(f"{op_type} knowledge must be an object, got {type(knowledge).__name__}")
+        for f in self.knowledge_fields:
+            if f not in knowledge:
+                raise BankKeyError(f"{op_type} knowledge is missing field {f!r}; "
+                                   f"{self.family} knowledge needs {', '.join(self.knowledge_fields)}")
+            v = knowledge[f]
+            if not _is_int(v) or not _INT64_MIN <= v <= _INT64_MAX:
+                raise BankKeyError(f"{op_type} knowledge field {f!r} must be an int64 integer, got {v!r}")
+
+
+def _fixed(family: str, key: tuple[str, ...], knowledge: tuple[str, ...],
+           defaults: Mapping[str, int]) -> OpSchema:
+    return OpSchema(family, key, knowledge, dict(defaults), struct.Struct("<" + "q" * len(key)))
+
+
+MATMUL = _fixed("matmul", MATMUL_KEY, MATMUL_KNOWLEDGE, {
+    **{f"batch_{s}{i}": 1 for s in "ab" for i in range(1, 5)},
+    **{f: 0 for f in MATMUL_KEY if f.endswith("_flag")},
+})
+CONV = _fixed("conv", CONV_KEY, CONV_KNOWLEDGE, {
+    "groups": 1, "stride_h": 1, "stride_w": 1, "dilation_h": 1, "dilation_w": 1,
+    "pad_top": 0, "pad_bottom": 0, "pad_left": 0, "pad_right": 0, "bias_flag": 0,
+})
+VECTOR = OpSchema("vector", VECTOR_KEY, VECTOR_KNOWLEDGE)
+
+_REGISTRY: dict[str, OpSchema] = {**{op: MATMUL for op in MATMUL_OPS}, **{op: CONV for op in CONV_OPS}}
+
+
+def schema_for(op_type: str) -> OpSchema:
+    """Return the schema of an operator type; unknown types use the vector schema."""
+    return _REGISTRY.get(op_type, VECTOR)
+
+
+# ---- vector family -------------------------------------------------------------------------
+
+def _attrs_json(op_type: str, attrs: object) -> str:
+    if not isinstance(attrs, dict) or not all(isinstance(k, str) for k in attrs):
+        raise BankKeyError(f"{op_type} key field 'attrs' must be an object with string keys")
+    try:
+        return json.dumps(attrs, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise BankKeyError(f"{op_type} attrs are not plain JSON values: {exc}") from None
+
+
+def _int_list(op_type: str, name: str, v: object) -> list[int]:
+    if type(v) is not list or not all(type(x) is int for x in v):
+        raise BankKeyError(f"{op_type} key field {name!r} must be a list of integers, got {v!r}")
+    return v  # type: ignore[return-value]
+
+
+def _pack_vector(op_type: str, info: Mapping[str, Any]) -> bytes:
+    if not isinstance(info, Mapping):
+        raise BankKeyError(f"{op_type} key must be an object, got {type(info).__name__}")
+    if len(info) != len(VECTOR_KEY) or any(f not in info for f in VECTOR_KEY):
+        raise BankKeyError(f"{op_type} key must have exactly the fields {', '.join(VECTOR_KEY)}; "
+                           f"got {sorted(info)}")
+    name = info["op_type"]
+    if type(name) is not str:
+        raise BankKeyError(f"{op_type} key field 'op_type' must be a string")
+    parts = [b"AOEV", _str_bytes(name)]
+    shapes = info["input_shapes"]
+    if type(shapes) is not list:
+        raise BankKeyError(f"{op_type} key field 'input_shapes' must be a list of shapes")
+    parts.append(_U32.pack(len(shapes)))
+    for shape in shapes:
+        _int_list(op_type, "input_shapes", shape)
+        parts.append(_ints(shape, op_type))
+    for f in ("input_dtypes", "input_formats", "output_dtypes", "output_formats"):
+        parts.append(_ints(_int_list(op_type, f, info[f]), op_type))
+    parts.append(_str_bytes(_attrs_json(op_type, info["attrs"])))
+    return b"".join(parts)
+
+
+def _str_bytes(s: str) -> bytes:
+    b = s.encode("utf-8", "surrogatepass")
+    return _U32.pack(len(b)) + b
+
+
+def _ints(vals: list[int], op_type: str) -> bytes:
+    try:
+        return _U32.pack(len(vals)) + struct.pack(f"<{len(vals)}q", *vals)
+    except struct.error:
+        raise BankKeyError(f"{op_type} key has a value outside the int64 range: {vals}") from None
+
+
+def _canonical_vector(op_type: str, key: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(key) - set(VECTOR_KEY))
+    if unknown:
+        raise BankKeyError(f"{op_type} key has fields not in the vector schema: {unknown}; "
+                           f"allowed: {', '.join(VECTOR_KEY)}")
+    name = key.get("op_type", op_type)
+    if name != op_type:
+        raise BankKeyError(f"key field op_type={name!r} does not match the operator type {op_type!r}")
+
+    def seq(f: str, conv: Callable[[Any], int]) -> list[int]:
+        v = key.get(f, [])
+        if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
+            raise BankKeyError(f"{op_type} key field {f!r} must be a list, got {v!r}")
+        return [conv(x) for x in v]
+
+    shapes = key.get("input_shapes", [])
+    if isinstance(shapes, (str, bytes)) or not hasattr(shapes, "__iter__"):
+        raise BankKeyError(f"{op_type} key field 'input_shapes' must be a list of shapes")
+    attrs = key.get("attrs", {})
+    out = {
+        "op_type": op_type,
+        "input_shapes": [[_as_int("input_shapes", d) for d in s] for s in shapes],
+        "input_dtypes": seq("input_dtypes", dtype_code),
+        "input_formats": seq("input_formats", format_code),
+        "output_dtypes": seq("output_dtypes", dtype_code),
+        "output_formats": seq("output_formats", format_code),
+        # tuples -> lists etc.: store exactly what a JSON reader will give back
+        "attrs": json.loads(_attrs_json(op_type, dict(attrs) if isinstance(attrs, Mapping) else attrs)),
+    }
+    _pack_vector(op_type, out)
+    return out

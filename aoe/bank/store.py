@@ -1,0 +1,385 @@
+"""Operator banks in CANN's on-disk format: custom (read/write), built-in (read-only), and their chain.
+
+File: `<op bank dir>/unified_bank/<soc>_<core_num>_AiCore_<OpType>_runtime_kb.json`, JSON Lines:
+`{"id": uint32, "op": OpType, "version": int, "info_dict": {key}, "knowledge": {strategy}, "aoe": {...}}`.
+
+- `id` = `hash_fn(schema.pack(info_dict))`, default `zlib.crc32`. A hit needs the id AND the packed
+  key bytes to be equal, so a hash collision is never a hit.
+- The optional `"aoe"` object is aoe's own: `perf_us` (time of this strategy, µs), `default_perf_us`
+  (the default heuristic's), anything else kept verbatim. Its presence also says the `id` was computed
+  by aoe, so loading trusts it; records without it (CANN's own files) get their id recomputed from
+  `info_dict` for indexing, and are written back unchanged. Their performance is unknown.
+- Replacing a case keeps the better strategy: a new record wins iff its `perf_us` is known and the
+  existing one's is unknown or larger. Same rule for tuning writes and for `aoe bank import`.
+- When a file has several records with the same key, the last one counts.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import re
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+from ..errors import AoeError
+from . import jsonl
+from .paths import check_name, core_num_for, ensure_dir, inside
+from .schema import BankKeyError, OpSchema, schema_for
+
+HashFn = Callable[[bytes], int]
+BUILTIN_ROOT = Path(__file__).resolve().parent / "builtin"
+RECORD_VERSION = 1
+_SCALARS = (int, float, str, bool, type(None))
+
+
+def default_hash(data: bytes) -> int:
+    """The uint32 id of a packed key (CRC-32, as computed by zlib)."""
+    return zlib.crc32(data)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One stored case: key, strategy and (if known) the performance it achieved."""
+
+    op: str
+    id: int
+    version: int
+    info_dict: dict[str, Any]
+    knowledge: dict[str, Any]  # treat as read-only: it is shared with the bank's cache
+    perf_us: float | None
+    default_perf_us: float | None
+    source: str  # "custom" | "builtin" | a file path
+    aoe: dict[str, Any] = field(default_factory=dict)
+    packed: bytes = field(default=b"", repr=False, compare=False)
+    flat: bool = field(default=True, repr=False, compare=False)  # knowledge holds no containers
+
+    def record(self) -> dict[str, Any]:
+        """The JSON record of this entry."""
+        rec = {"id": self.id, "op": self.op, "version": self.version,
+               "info_dict": self.info_dict, "knowledge": self.knowledge}
+        if self.aoe:
+            rec["aoe"] = self.aoe
+        return rec
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A validated strategy waiting to be saved (see `make_pending`)."""
+
+    op_type: str
+    info_dict: dict[str, Any]
+    knowledge: dict[str, Any]
+    aoe: dict[str, Any]
+
+    @property
+    def perf_us(self) -> float | None:
+        """The performance the strategy achieved (µs), if known."""
+        return _perf(self.aoe.get("perf_us"))
+
+
+def _perf(v: Any) -> float | None:
+    return float(v) if type(v) in (int, float) and v >= 0 else None
+
+
+def better(new_perf: float | None, old_perf: float | None) -> bool:
+    """True if a strategy with `new_perf` should replace one with `old_perf` (None = unknown)."""
+    return new_perf is not None and (old_perf is None or new_perf < old_perf)
+
+
+def make_pending(op_type: str, key: Mapping[str, Any], knowledge: Mapping[str, Any],
+                 perf_us: float | None, default_perf_us: float | None = None,
+                 extra: Mapping[str, Any] | None = None) -> Pending:
+    """Validate and canonicalise one strategy for `save`; raise AoeError when it is off-schema."""
+    check_name(op_type, "operator type")
+    schema = schema_for(op_type)
+    info = schema.canonical_key(op_type, key)
+    know = jsonl.plain_json(dict(knowledge), f"{op_type} knowledge")
+    schema.check_knowledge(op_type, know)
+    aoe: dict[str, Any] = dict(extra or {})
+    for name, v in (("perf_us", perf_us), ("default_perf_us", default_perf_us)):
+        if v is not None:
+            if _perf(v) is None:
+                raise AoeError(f"{name} must be a non-negative number of microseconds, got {v!r}")
+            aoe[name] = float(v)
+    return Pending(op_type, info, know, jsonl.plain_json(aoe, "aoe extra fields"))
+
+
+def _check_record(op_type: str) -> Callable[[Any], str | None]:
+    def check(rec: Any) -> str | None:
+        if type(rec) is not dict:
+            return "not a JSON object"
+        i = rec.get("id")
+        if type(i) is not int or not 0 <= i <= 0xFFFFFFFF:
+            return "'id' is not a uint32"
+        if rec.get("op") != op_type:
+            return f"'op' is {rec.get('op')!r}, not {op_type!r} as the file name says"
+        if type(rec.get("info_dict")) is not dict or type(rec.get("knowledge")) is not dict:
+            return "'info_dict' or 'knowledge' is not an object"
+        if type(rec.get("version", 0)) is not int or type(rec.get("aoe", {})) is not dict:
+            return "'version' is not an integer or 'aoe' is not an object"
+        return None
+    return check
+
+
+class OpFile:
+    """The index of one bank file: id -> line, with lazily materialised entries."""
+
+    def __init__(self, lines: jsonl.Lines, op_type: str, schema: OpSchema, hash_fn: HashFn,
+                 source: str) -> None:
+        self.lines, self.op_type, self.schema, self.hash_fn, self.source = (
+            lines, op_type, schema, hash_fn, source)
+        self.index: dict[int, int] = {}  # id -> latest line index with that id
+        self.more: dict[int, list[int]] = {}  # id -> all its line indices, latest first (rare)
+        self._entries: dict[int, Entry | None] = {}
+        self.unfit: list[tuple[int, str]] = []  # valid JSON records whose key/knowledge is off-schema
+        for i, rec in enumerate(lines.recs):
+            if rec is not None:
+                self._register(i, rec)
+        if self.unfit:
+            jsonl.warn_problems(lines.path, self.unfit)
+
+    def _register(self, i: int, rec: dict[str, Any]) -> None:
+        if "aoe" in rec:
+            h = rec["id"]  # written by aoe: the id is ours (a wrong one can only cause a miss)
+        else:
+            try:
+                h = self.hash_fn(self.schema.pack(self.op_type, rec["info_dict"]))
+            except BankKeyError as exc:
+                self.unfit.append((self.lines.linenos[i], f"key does not fit the schema: {exc}"))
+                return
+        prev = self.index.get(h)
+        if prev is None or prev == i:
+            self.index[h] = i
+        else:  # an id shared by several lines: keep them all, latest first
+            self.more[h] = sorted(set(self.more.get(h, [prev])) | {i}, reverse=True)
+            self.index[h] = self.more[h][0]
+
+    def entry(self, i: int) -> Entry | None:
+        """The entry of line `i` (None if its key or knowledge is off-schema)."""
+        try:
+            return self._entries[i]
+        except KeyError:
+            pass
+        rec = self.lines.recs[i]
+        e: Entry | None = None
+        try:
+            packed = self.schema.pack(self.op_type, rec["info_dict"])
+            self.schema.check_knowledge(self.op_type, rec["knowledge"])
+        except BankKeyError as exc:
+            lineno = self.lines.linenos[i]
+            if not any(n == lineno for n, _ in self.unfit):
+                self.unfit.append((lineno, str(exc)))
+                jsonl.warn_problems(self.lines.path, [(lineno, str(exc))])
+        else:
+            aoe = rec.get("aoe") or {}
+            know = rec["knowledge"]
+            e = Entry(self.op_type, rec["id"], rec.get("version", RECORD_VERSION), rec["info_dict"],
+                      know, _perf(aoe.get("perf_us")), _perf(aoe.get("default_perf_us")), self.source,
+                      aoe, packed, all(type(v) in _SCALARS for v in know.values()))
+        self._entries[i] = e
+        return e
+
+    def find(self, packed: bytes, h: int) -> int | None:
+        """Line index of the case with this packed key and id, or None."""
+        i = self.index.get(h)
+        if i is None:
+            return None
+        e = self.entry(i)
+        if e is not None and e.packed == packed:
+            return i
+        for j in self.more.get(h, ()):
+            e = self.entry(j)
+            if e is not None and e.packed == packed:
+                return j
+        return None
+
+    def set_line(self, i: int | None, rec: dict[str, Any]) -> None:
+        """Replace line `i` (or append when None) by `rec`, keeping the index current."""
+        raw = jsonl.dumps(rec)
+        if i is None:
+            i = self.lines.add(raw, rec)
+        else:
+            self.lines.raw[i], self.lines.recs[i] = raw, rec
+        self._entries.pop(i, None)
+        self._register(i, rec)
+
+    def entries(self) -> Iterator[Entry]:
+        """Every usable entry (for same-key duplicates only the last), in order of last occurrence."""
+        latest: dict[bytes, Entry] = {}
+        for i, rec in enumerate(self.lines.recs):
+            e = self.entry(i) if rec is not None else None
+            if e is not None:
+                latest.pop(e.packed, None)
+                latest[e.packed] = e
+        yield from latest.values()
+
+
+_FILE_RE = re.compile(r"(?P<soc>[A-Za-z][A-Za-z0-9_]*)_(?P<core>[0-9]+)_AiCore_(?P<op>[A-Za-z][A-Za-z0-9_]*)_runtime_kb\.json")
+
+
+class OpBank:
+    """A directory of CANN-format operator bank files for one SoC and core count."""
+
+    def __init__(self, root_dir: str | os.PathLike[str], soc: str, core_num: int | None = None, *,
+                 hash_fn: HashFn = default_hash, readonly: bool = False, source: str = "custom",
+                 revalidate: bool = True) -> None:
+        self.root = Path(root_dir)
+        self.soc = check_name(soc, "SoC version")
+        self.core_num = core_num_for(soc, core_num)
+        self.dir = self.root / "unified_bank"
+        self.hash_fn, self.readonly, self.source, self.revalidate = hash_fn, readonly, source, revalidate
+        # op type -> (file path, stat signature when read, its index)
+        self._cache: dict[str, tuple[str, jsonl.Signature | None, OpFile]] = {}
+
+    def path_for(self, op_type: str) -> Path:
+        """The bank file of `op_type`; rejects names that could leave the bank directory."""
+        check_name(op_type, "operator type")
+        path = self.dir / f"{self.soc}_{self.core_num}_AiCore_{op_type}_runtime_kb.json"
+        # the name check already rules out separators and '..'; this also catches a planted symlink
+        if self.dir.exists() and not inside(path.parent, self.root):
+            raise AoeError(f"{self.dir} leads outside the bank directory {self.root} (a symbolic "
+                           f"link?); remove it")
+        return path
+
+    def _load(self, op_type: str, path: Path) -> OpFile:
+        lines = jsonl.read_lines(path, _check_record(op_type))
+        return OpFile(lines, op_type, schema_for(op_type), self.hash_fn,
+                      self.source if self.source else str(path))
+
+    def file(self, op_type: str) -> OpFile:
+        """The current index of `op_type`'s file, re-read only when its stat signature changed.
+
+        The signature (mtime_ns, size, inode) changes with every aoe write (a new inode) and every
+        in-place edit, so a cached index never hides a new entry.
+        """
+        hit = self._cache.get(op_type)
+        if hit is not None:
+            if not self.revalidate:
+                return hit[2]
+            path = hit[0]
+        else:
+            path = str(self.path_for(op_type))
+        try:
+            st = os.stat(path)
+            sig: jsonl.Signature | None = (st.st_mtime_ns, st.st_size, st.st_ino)
+        except FileNotFoundError:
+            sig = None
+        except OSError as exc:
+            raise AoeError(f"cannot access bank file {path}: {exc.strerror}") from None
+        if hit is not None and hit[1] == sig:
+            return hit[2]
+        f = self._load(op_type, Path(path))
+        self._cache[op_type] = (path, f.lines.sig, f)
+        return f
+
+    def lookup(self, op_type: str, key: Mapping[str, Any]) -> Entry | None:
+        """The stored strategy of one case, or None; a hit needs the id and the whole key to match."""
+        f = self.file(op_type)
+        schema = f.schema
+        try:
+            packed = schema.pack(op_type, key)
+        except BankKeyError:  # friendly input (names, bools, defaults): canonicalise, then pack
+            packed = schema.pack(op_type, schema.canonical_key(op_type, key))
+        i = f.find(packed, self.hash_fn(packed))
+        return None if i is None else f.entry(i)
+
+    def put(self, op_type: str, key: Mapping[str, Any], knowledge: Mapping[str, Any],
+            perf_us: float, default_perf_us: float | None = None,
+            extra: Mapping[str, Any] | None = None) -> str:
+        """Save one strategy (kept only if better than what is stored); return "added"/"replaced"/"kept"."""
+        return self.save([make_pending(op_type, key, knowledge, perf_us, default_perf_us, extra)])[0]
+
+    def save(self, items: Iterable[Pending]) -> list[str]:
+        """Merge strategies into the bank under the lock, file by file; one outcome string per item."""
+        if self.readonly:
+            raise AoeError(f"the {self.source} bank at {self.root} is read-only")
+        items = list(items)
+        outcomes: list[str] = [""] * len(items)
+        by_op: dict[str, list[int]] = {}
+        for n, it in enumerate(items):
+            by_op.setdefault(it.op_type, []).append(n)
+        for op_type, idxs in by_op.items():
+            path = self.path_for(op_type)
+            ensure_dir(self.dir)
+            path = self.path_for(op_type)  # again, now that the directory exists
+            schema = schema_for(op_type)
+            holder: list[OpFile] = []
+
+            def merge(lines: jsonl.Lines, op_type: str = op_type, idxs: list[int] = idxs,
+                      schema: OpSchema = schema, holder: list[OpFile] = holder) -> bool:
+                f = OpFile(lines, op_type, schema, self.hash_fn, self.source)
+                holder.append(f)
+                changed = False
+                for n in idxs:
+                    it = items[n]
+                    packed = schema.pack(op_type, it.info_dict)
+                    h = self.hash_fn(packed)
+                    i = f.find(packed, h)
+                    old = f.entry(i) if i is not None else None
+                    if i is not None and old is not None and not better(it.perf_us, old.perf_us):
+                        outcomes[n] = "kept"
+                        continue
+                    f.set_line(i, {"id": h, "op": op_type, "version": RECORD_VERSION,
+                                   "info_dict": it.info_dict, "knowledge": it.knowledge,
+                                   "aoe": it.aoe})
+                    outcomes[n] = "added" if i is None else "replaced"
+                    changed = True
+                return changed
+
+            lines = jsonl.update(path, _check_record(op_type), merge)
+            self._cache[op_type] = (str(path), lines.sig, holder[-1])
+        return outcomes
+
+    def op_types(self) -> list[str]:
+        """Operator types that have a file for this SoC and core count."""
+        try:
+            names = os.listdir(self.dir)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        out = []
+        for name in names:
+            m = _FILE_RE.fullmatch(name)
+            if m and m["soc"] == self.soc and int(m["core"]) == self.core_num:
+                out.append(m["op"])
+        return sorted(out)
+
+    def entries(self, op_type: str | None = None) -> Iterator[Entry]:
+        """Every usable entry of one operator type, or of all."""
+        for op in [op_type] if op_type else self.op_types():
+            yield from self.file(op).entries()
+
+
+class BuiltinBank(OpBank):
+    """The read-only bank shipped inside the package (`aoe/bank/builtin/<soc>/unified_bank/`).
+
+    Package data does not change while a process runs, so its files are read once and not re-stat'ed.
+    """
+
+    def __init__(self, soc: str, core_num: int | None = None,
+                 root: str | os.PathLike[str] | None = None, *, hash_fn: HashFn = default_hash) -> None:
+        soc = check_name(soc, "SoC version")
+        super().__init__(Path(root) if root is not None else BUILTIN_ROOT / soc, soc, core_num,
+                         hash_fn=hash_fn, readonly=True, source="builtin", revalidate=False)
+
+
+class BankChain:
+    """Lookup in the custom bank first, then the built-in one (then the caller's default strategy)."""
+
+    def __init__(self, custom: OpBank | None, builtin: OpBank | None) -> None:
+        self.custom, self.builtin = custom, builtin
+
+    def lookup(self, op_type: str, key: Mapping[str, Any]) -> Entry | None:
+        """The entry in use for one case (`entry.source` says which bank), or None for the default."""
+        for bank in (self.custom, self.builtin):
+            if bank is not None:
+                e = bank.lookup(op_type, key)
+                if e is not None:
+                    return e
+        return None
+
+
+def knowledge_copy(e: Entry) -> dict[str, Any]:
+    """A caller-owned copy of an entry's knowledge (cheap when it has no nested containers)."""
+    return dict(e.knowledge) if e.flat else copy.deepcopy(e.knowledge)

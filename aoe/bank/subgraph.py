@@ -1,0 +1,135 @@
+"""The subgraph bank: `subgraph.json` at the subgraph bank root, JSON Lines keyed by `repo_key`.
+
+Record: `{"repo_key": "<decimal string>", "version": 1, "knowledge": {...}, "aoe": {"perf_us": ...,
+"default_perf_us": ...}}`. Same storage guarantees as the operator bank (locked merge, atomic
+replace, damaged lines kept) and the same keep-the-better rule.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+from ..errors import AoeError
+from . import jsonl
+from .paths import ensure_dir
+from .store import RECORD_VERSION, _perf, better
+
+SUBGRAPH_FILE = "subgraph.json"
+
+
+@dataclass(frozen=True)
+class SubgraphEntry:
+    """One stored subgraph strategy."""
+
+    repo_key: str
+    version: int
+    knowledge: dict[str, Any]
+    perf_us: float | None
+    default_perf_us: float | None
+    aoe: dict[str, Any] = field(default_factory=dict)
+
+
+def _check(rec: Any) -> str | None:
+    if type(rec) is not dict:
+        return "not a JSON object"
+    if type(rec.get("repo_key")) is not str or not rec["repo_key"]:
+        return "'repo_key' is not a non-empty string"
+    if type(rec.get("knowledge")) is not dict:
+        return "'knowledge' is not an object"
+    if type(rec.get("version", 0)) is not int or type(rec.get("aoe", {})) is not dict:
+        return "'version' is not an integer or 'aoe' is not an object"
+    return None
+
+
+def _entry(rec: dict[str, Any]) -> SubgraphEntry:
+    aoe = rec.get("aoe") or {}
+    return SubgraphEntry(rec["repo_key"], rec.get("version", RECORD_VERSION), rec["knowledge"],
+                         _perf(aoe.get("perf_us")), _perf(aoe.get("default_perf_us")), aoe)
+
+
+def _index(lines: jsonl.Lines) -> dict[str, int]:
+    # the last record of a key counts
+    return {rec["repo_key"]: i for i, rec in enumerate(lines.recs) if rec is not None}
+
+
+class SubgraphBank:
+    """The custom subgraph bank in one directory."""
+
+    def __init__(self, root_dir: str | os.PathLike[str]) -> None:
+        self.root = Path(root_dir)
+        self.path = self.root / SUBGRAPH_FILE
+        self._cached: tuple[jsonl.Signature | None, jsonl.Lines, dict[str, int]] | None = None
+
+    def _current(self) -> tuple[jsonl.Lines, dict[str, int]]:
+        try:
+            sig: jsonl.Signature | None = jsonl.signature(os.stat(self.path))
+        except FileNotFoundError:
+            sig = None
+        if self._cached is None or self._cached[0] != sig:
+            lines = jsonl.read_lines(self.path, _check)
+            self._cached = (lines.sig, lines, _index(lines))
+        return self._cached[1], self._cached[2]
+
+    def lookup(self, repo_key: str) -> SubgraphEntry | None:
+        """The stored strategy of one subgraph, or None."""
+        lines, index = self._current()
+        i = index.get(str(repo_key))
+        return None if i is None else _entry(lines.recs[i])
+
+    def entries(self) -> Iterator[SubgraphEntry]:
+        """Every stored subgraph strategy."""
+        lines, index = self._current()
+        for i in sorted(index.values()):
+            yield _entry(lines.recs[i])
+
+    def problems(self) -> list[tuple[int, str]]:
+        """Damaged lines of the file: (line number, reason)."""
+        return list(self._current()[0].problems)
+
+    def put(self, repo_key: str, knowledge: Mapping[str, Any], perf_us: float | None,
+            default_perf_us: float | None = None, extra: Mapping[str, Any] | None = None) -> str:
+        """Save one subgraph strategy if better than the stored one; "added"/"replaced"/"kept"."""
+        return self.save([(repo_key, knowledge, perf_us, default_perf_us, extra)])[0]
+
+    def save(self, items: Iterable[tuple[str, Mapping[str, Any], float | None, float | None,
+                                         Mapping[str, Any] | None]]) -> list[str]:
+        """Merge (repo_key, knowledge, perf_us, default_perf_us, extra) items under the lock."""
+        recs = []
+        for repo_key, knowledge, perf, default, extra in items:
+            if not isinstance(repo_key, (str, int)) or isinstance(repo_key, bool) or str(repo_key) == "":
+                raise AoeError(f"repo_key must be a non-empty string, got {repo_key!r}")
+            aoe: dict[str, Any] = dict(extra or {})
+            for name, v in (("perf_us", perf), ("default_perf_us", default)):
+                if v is not None:
+                    if _perf(v) is None:
+                        raise AoeError(f"{name} must be a non-negative number of microseconds, got {v!r}")
+                    aoe[name] = float(v)
+            recs.append({"repo_key": str(repo_key), "version": RECORD_VERSION,
+                         "knowledge": jsonl.plain_json(dict(knowledge), "subgraph knowledge"),
+                         "aoe": jsonl.plain_json(aoe, "aoe extra fields")})
+        outcomes = [""] * len(recs)
+
+        def merge(lines: jsonl.Lines) -> bool:
+            index = _index(lines)
+            changed = False
+            for n, rec in enumerate(recs):
+                i = index.get(rec["repo_key"])
+                if i is not None and not better(_perf(rec["aoe"].get("perf_us")),
+                                                _perf((lines.recs[i].get("aoe") or {}).get("perf_us"))):
+                    outcomes[n] = "kept"
+                    continue
+                raw = jsonl.dumps(rec)
+                if i is None:
+                    index[rec["repo_key"]] = lines.add(raw, rec)
+                else:
+                    lines.raw[i], lines.recs[i] = raw, rec
+                outcomes[n] = "added" if i is None else "replaced"
+                changed = True
+            return changed
+
+        ensure_dir(self.root)
+        lines = jsonl.update(self.path, _check, merge)
+        self._cached = (lines.sig, lines, _index(lines))
+        return outcomes
