@@ -1,0 +1,149 @@
+"""Pattern fusion on the imported IR: exported GELU formulas become one ``Gelu`` operator.
+
+Exporters spell GELU as a small elementwise formula: ``x*0.5*(1+erf(x/sqrt(2)))`` (exact) or
+``0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3)))`` (GPT-2's approximation). Rather than matching one
+operator order, a candidate region around each Erf/Tanh (elementwise ops fed only by one tensor ``x``
+and scalar constants, with no outside users of its intermediate results) is evaluated with numpy on
+sample points and fused when it equals GELU: any operand order or constant folding an exporter chose
+is recognised, and nothing that merely looks similar is.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from .ir import Op, unique_name
+
+_ARITH = {"Add", "Sub", "Mul", "RealDiv", "Pow"}
+_SAMPLES = np.linspace(-4.0, 4.0, 41)
+
+
+def _gelu_erf(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
+
+
+def _gelu_tanh(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+_REFERENCE = {"none": _gelu_erf(_SAMPLES), "tanh": _gelu_tanh(_SAMPLES)}
+
+
+def _evaluate(ops: list[Op], region: list[int], x: str, out: str,
+              value: Callable[[str], np.ndarray | None]) -> np.ndarray | None:
+    env: dict[str, np.ndarray] = {x: _SAMPLES}
+    for i in region:
+        op = ops[i]
+        args = []
+        for t in op.inputs:
+            v = env.get(t)
+            if v is None:
+                c = value(t)
+                if c is None or c.size != 1:
+                    return None
+                v = np.float64(c.reshape(-1)[0])
+            args.append(v)
+        with np.errstate(all="ignore"):
+            if op.type == "Erf":
+                r = np.vectorize(math.erf)(args[0])
+            elif op.type == "Tanh":
+                r = np.tanh(args[0])
+            elif op.type == "Add":
+                r = args[0] + args[1]
+            elif op.type == "Sub":
+                r = args[0] - args[1]
+            elif op.type == "Mul":
+                r = args[0] * args[1]
+            elif op.type == "RealDiv":
+                r = args[0] / args[1]
+            elif op.type == "Pow":
+                r = np.power(args[0], args[1])
+            else:
+                return None
+        env[op.outputs[0]] = np.asarray(r, dtype=np.float64)
+    return env.get(out)
+
+
+def fuse_gelu(ops: list[Op], value: Callable[[str], np.ndarray | None], kind: dict[str, str],
+              shape: dict[str, tuple[int, ...]], outputs: set[str], op_names: set[str]) -> list[Op]:
+    """Return ``ops`` with every Erf/Tanh GELU formula replaced by a single Gelu operator."""
+    producer = {t: i for i, op in enumerate(ops) for t in op.outputs}
+    consumers: dict[str, list[int]] = {}
+    for i, op in enumerate(ops):
+        for t in op.inputs:
+            consumers.setdefault(t, []).append(i)
+
+    def is_const(t: str) -> bool:
+        return kind.get(t) == "const"
+
+    removed: set[int] = set()
+    new_at: dict[int, Op] = {}
+    for i, anchor in enumerate(ops):
+        if anchor.type not in ("Erf", "Tanh") or i in removed or len(anchor.inputs) != 1:
+            continue
+        region = {i}
+        # backward: pull in single-use elementwise producers until one non-constant tensor remains
+        leaves: set[str] = set()
+        stack = [anchor.inputs[0]]
+        while stack and len(leaves) <= 1:
+            t = stack.pop()
+            j = producer.get(t)
+            if (j is not None and j not in removed and ops[j].type in _ARITH and len(consumers.get(t, [])) == 1
+                    and t not in outputs):
+                region.add(j)
+                stack.extend(u for u in ops[j].inputs if not is_const(u))
+            else:
+                leaves.add(t)
+        if len(leaves) != 1:
+            continue
+        x = next(iter(leaves))
+        # forward: follow the single-use chain; side branches may only combine x and constants
+        cur = anchor.outputs[0]
+        best: tuple[set[int], str, str] | None = None
+        while cur not in outputs:
+            cons = consumers.get(cur, [])
+            if len(cons) != 1 or cons[0] in removed or ops[cons[0]].type not in _ARITH:
+                break
+            c = cons[0]
+            extra = []
+            ok = True
+            for u in ops[c].inputs:
+                if u in (cur, x) or is_const(u):
+                    continue
+                j = producer.get(u)
+                if (j is not None and j not in removed and ops[j].type in _ARITH and len(consumers.get(u, [])) == 1
+                        and u not in outputs and all(w == x or is_const(w) for w in ops[j].inputs)):
+                    extra.append(j)
+                else:
+                    ok = False
+            if not ok:
+                break
+            region.add(c)
+            region.update(extra)
+            cur = ops[c].outputs[0]
+            if shape.get(cur) != shape.get(x):
+                continue
+            got = _evaluate(ops, sorted(region), x, cur, value)
+            if got is None:
+                continue
+            for approx, ref in _REFERENCE.items():
+                if np.allclose(got, ref, atol=2e-4, rtol=0):
+                    best = (set(region), cur, approx)
+        if best is None:
+            continue
+        members, out, approx = best
+        removed.update(members)
+        name = unique_name(anchor.name, op_names, "/gelu")
+        op_names.add(name)
+        new_at[max(members)] = Op(name, "Gelu", [x], [out], {"approximate": approx})
+    if not removed:
+        return ops
+    result = []
+    for i, op in enumerate(ops):
+        if i in new_at:
+            result.append(new_at[i])
+        elif i not in removed:
+            result.append(op)
+    return result
