@@ -104,6 +104,10 @@ def op_bytes(graph: "Graph", op: "Op") -> int:
     """Bytes read (distinct inputs) plus bytes written; 0 for views."""
     if op.is_view:
         return 0
+    if op.type == "Gather" and len(op.inputs) >= 2:
+        # an embedding lookup reads only the gathered rows, not the whole table
+        out = sum(graph.tensors[n].nbytes for n in op.outputs)
+        return graph.tensors[op.inputs[1]].nbytes + 2 * out
     names = list(dict.fromkeys(op.inputs)) + list(dict.fromkeys(op.outputs))
     return sum(graph.tensors[n].nbytes for n in names)
 
