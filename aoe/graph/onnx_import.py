@@ -75,11 +75,12 @@ class _Node:
         from onnx import helper
 
         self.index = index
-        self.name = proto.name
-        self.op_type = proto.op_type
-        self.domain = proto.domain
-        self.inputs = list(proto.input)
-        self.outputs = list(proto.output)
+        self.op_type = _s(proto.op_type)
+        # unnamed nodes get a stable name from their position, used in messages and as the op name
+        self.name = _s(proto.name) or f"{self.op_type}_{index}"
+        self.domain = _s(proto.domain)
+        self.inputs = [_s(x) for x in proto.input]
+        self.outputs = [_s(x) for x in proto.output]
         self.attrs: dict[str, Any] = {}
         self.has_graph = False
         for a in proto.attribute:
@@ -87,7 +88,7 @@ class _Node:
                 self.has_graph = True
                 continue
             try:
-                self.attrs[a.name] = helper.get_attribute_value(a)
+                self.attrs[_s(a.name)] = helper.get_attribute_value(a)
             except Exception:  # malformed attribute: treat as absent, the rule reports what is missing
                 continue
 
@@ -185,14 +186,14 @@ class _Importer:
         if len(g.node) > MAX_NODES:
             raise AoeError(f"model {self.name!r} has {len(g.node)} nodes, more than the {MAX_NODES} aoe accepts")
         for imp in self.model.opset_import:
-            if imp.domain in ("", "ai.onnx"):
+            if _s(imp.domain) in ("", "ai.onnx"):
                 self.opset = max(1, int(imp.version))
         self._read_initializers(g)
         self._read_inputs(g)
         nodes = self._sorted_nodes(g)
         for node in nodes:
             self._node(node)
-        outputs = [o.name for o in g.output]
+        outputs = [_s(o.name) for o in g.output]
         for o in outputs:
             if o not in self.shape:
                 raise AoeError(f"model {self.name!r}: graph output {o!r} is not produced by any node")
@@ -220,7 +221,7 @@ class _Importer:
         batch = 1
         if inputs and self.shape[inputs[0]]:
             batch = max(1, self.shape[inputs[0]][0])
-        graph = Graph(self.model.graph.name or self.name, tensors, self.ops, inputs, outputs,
+        graph = Graph(_s(self.model.graph.name) or self.name, tensors, self.ops, inputs, outputs,
                       self.unsupported, batch, self.compute_dtype, False)
         graph.validate()
         return graph
@@ -231,13 +232,13 @@ class _Importer:
         for node in g.node:
             t = node.op_type
             if t in ("Gemm", "Conv", "ConvTranspose", "MatMul", "LayerNormalization", "PRelu"):
-                weight_slots.update(node.input[1:])
+                weight_slots.update(_s(x) for x in node.input[1:])
             elif t == "BatchNormalization":
-                weight_slots.update(node.input[1:3])
+                weight_slots.update(_s(x) for x in node.input[1:3])
             elif t == "Gather" and node.input:
-                weight_slots.add(node.input[0])
+                weight_slots.add(_s(node.input[0]))
         for init in g.initializer:
-            name = init.name
+            name = _s(init.name)
             if name in self.shape:
                 raise AoeError(f"model {self.name!r}: initializer {name!r} is defined twice")
             dtype = self._onnx_dtype(init.data_type, f"initializer {name!r}")
@@ -258,10 +259,11 @@ class _Importer:
     def _read_inputs(self, g: Any) -> None:
         infos = []
         for vi in g.input:
-            if vi.name in self.init_protos:
+            vname = _s(vi.name)
+            if vname in self.init_protos:
                 continue  # old exporters list initializers as inputs too; the initializer wins
             if not vi.type.HasField("tensor_type"):
-                raise AoeError(f"model {self.name!r}: input {vi.name!r} is not a tensor; aoe imports tensor inputs only")
+                raise AoeError(f"model {self.name!r}: input {vname!r} is not a tensor; aoe imports tensor inputs only")
             tt = vi.type.tensor_type
             dims: list[int | str | None] = []
             if tt.HasField("shape"):
@@ -269,12 +271,12 @@ class _Importer:
                     if d.HasField("dim_value") and d.dim_value >= 0:
                         dims.append(int(d.dim_value))
                     elif d.HasField("dim_param") and d.dim_param:
-                        dims.append(d.dim_param)
+                        dims.append(_s(d.dim_param))
                     else:
                         dims.append(None)
             else:
                 dims = None  # type: ignore[assignment]
-            infos.append((vi.name, self._onnx_dtype(tt.elem_type, f"input {vi.name!r}"), dims))
+            infos.append((vname, self._onnx_dtype(tt.elem_type, f"input {vname!r}"), dims))
         names = [n for n, _, _ in infos]
         for n in self.user_shapes:
             if n not in names:
@@ -326,7 +328,7 @@ class _Importer:
                 example = ";".join(f"{x}:{_example_dims(x, dims if x == n else None)}" for x in names)
                 raise AoeError(
                     f"input {n!r} of model {self.name!r} has a dynamic dimension {i} "
-                    f"({d!r} in shape {_fmt_dims(dims)}); aoe tunes static shapes only: fix it with "
+                    f"({'unnamed' if d is None else repr(d)} in shape {_fmt_dims(dims)}); aoe tunes static shapes only: fix it with "
                     f"--input_shape, e.g. --input_shape \"{example}\" (syntax: {INPUT_SHAPE_SYNTAX})")
         return tuple(out)
 
@@ -515,10 +517,10 @@ class _Importer:
         m = onnx.ModelProto()
         m.CopyFrom(self.model)
         for vi in m.graph.input:
-            if vi.name in self.graph_input_set and vi.type.HasField("tensor_type"):
+            if _s(vi.name) in self.graph_input_set and vi.type.HasField("tensor_type"):
                 shape = vi.type.tensor_type.shape
                 shape.ClearField("dim")
-                for d in self.shape[vi.name]:
+                for d in self.shape[_s(vi.name)]:
                     shape.dim.add().dim_value = d
         try:
             inferred = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
@@ -531,11 +533,11 @@ class _Importer:
             tt = vi.type.tensor_type
             dtype = ONNX_DTYPES.get(tt.elem_type, "float32")
             if not tt.HasField("shape"):
-                out[vi.name] = ((-1,), dtype)
+                out[_s(vi.name)] = ((-1,), dtype)
                 continue
             dims = tuple(int(d.dim_value) if d.HasField("dim_value") and 0 <= d.dim_value <= 2**31 - 1 else -1
                          for d in tt.shape.dim)
-            out[vi.name] = (dims, dtype)
+            out[_s(vi.name)] = (dims, dtype)
         return out
 
     @property
@@ -544,8 +546,7 @@ class _Importer:
 
     # ---- emitting operators --------------------------------------------------------------------
     def op_name(self, node: _Node, suffix: str = "") -> str:
-        base = node.name or f"{node.op_type}_{node.index}"
-        name = unique_name(base, self.op_names, suffix)
+        name = unique_name(node.name, self.op_names, suffix)
         self.op_names.add(name)
         return name
 
@@ -644,6 +645,11 @@ class _Importer:
 
 
 # ---- helpers ------------------------------------------------------------------------------------
+def _s(v: Any) -> str:
+    """A string field of the model as str: invalid UTF-8 arrives as bytes and is kept distinguishable."""
+    return v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else str(v)
+
+
 def _static(shape: tuple[int, ...]) -> bool:
     return all(d >= 0 for d in shape)
 
