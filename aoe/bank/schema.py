@@ -11,13 +11,15 @@ Packing (what the uint32 `id` hashes; stable across versions, never change witho
   `input_shapes` as a u32 count, then per shape a u32 rank + rank little-endian int64 dims;
   `input_dtypes`, `input_formats`, `output_dtypes`, `output_formats` each as a u32 count + int64 codes;
   `attrs` as u32 length + UTF-8 of its canonical JSON (keys sorted, no spaces, no NaN/Infinity).
-Integers in keys are always JSON integers (never booleans); dtype/format fields hold the codes of
-`aoe.bank.codes`. `canonical_key` accepts friendlier input (names, bools for flags, defaults) and
+Integers in keys are JSON integers; in MatMul/Conv keys a boolean counts as 0/1 (so a flag given
+as `true` is the same case as `1`), while vector `attrs` keep `true` and `1` apart (their canonical
+JSON differs). Dtype/format fields hold the codes of `aoe.bank.codes`. `canonical_key` accepts friendlier input (names, bools for flags, defaults) and
 returns the exact dict that is stored and packed.
 """
 from __future__ import annotations
 
 import json
+import operator
 import struct
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -95,11 +97,24 @@ class OpSchema:
     # friendly-input defaults used by canonical_key only (never by pack)
     defaults: Mapping[str, int] = field(default_factory=dict)
     _struct: struct.Struct | None = field(default=None, compare=False, repr=False)
+    _getter: Callable[[Mapping[str, Any]], tuple[Any, ...]] | None = field(
+        default=None, compare=False, repr=False)
 
     def pack(self, op_type: str, info: Mapping[str, Any]) -> bytes:
         """Pack an exact (canonical) info_dict into the bytes the id hashes; raise BankKeyError if off-schema."""
-        if self.family == "vector":
-            return _pack_vector(op_type, info)
+        if self._struct is not None:
+            # hot path of every lookup: C-level field gathering and int64 packing (struct rejects
+            # floats and strings; accepts bools as 0/1, as documented)
+            try:
+                if len(info) == len(self.key_fields):
+                    return self._struct.pack(*self._getter(info))  # type: ignore[misc]
+            except (KeyError, TypeError, struct.error):
+                pass
+            return self._pack_slow(op_type, info)
+        return _pack_vector(op_type, info)
+
+    def _pack_slow(self, op_type: str, info: Mapping[str, Any]) -> bytes:
+        """Pack with a precise error message (the fast path failed)."""
         fields = self.key_fields
         try:
             vals = [info[f] for f in fields]
@@ -112,7 +127,7 @@ class OpSchema:
             extra = sorted(set(info) - set(fields))
             raise BankKeyError(f"{op_type} key has fields not in the {self.family} schema: {extra}")
         for f, v in zip(fields, vals):
-            if type(v) is not int:
+            if not isinstance(v, int):
                 raise BankKeyError(f"{op_type} key field {f!r} must be an integer, got {v!r}")
         try:
             return self._struct.pack(*vals)  # type: ignore[union-attr]
@@ -160,7 +175,8 @@ class OpSchema:
 
 def _fixed(family: str, key: tuple[str, ...], knowledge: tuple[str, ...],
            defaults: Mapping[str, int]) -> OpSchema:
-    return OpSchema(family, key, knowledge, dict(defaults), struct.Struct("<" + "q" * len(key)))
+    return OpSchema(family, key, knowledge, dict(defaults), struct.Struct("<" + "q" * len(key)),
+                    operator.itemgetter(*key))
 
 
 MATMUL = _fixed("matmul", MATMUL_KEY, MATMUL_KNOWLEDGE, {

@@ -19,9 +19,9 @@ import copy
 import os
 import re
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
 
 from ..errors import AoeError
 from . import jsonl
@@ -31,7 +31,7 @@ from .schema import BankKeyError, OpSchema, schema_for
 HashFn = Callable[[bytes], int]
 BUILTIN_ROOT = Path(__file__).resolve().parent / "builtin"
 RECORD_VERSION = 1
-_SCALARS = (int, float, str, bool, type(None))
+_CONTAINERS = (dict, list)
 
 
 def default_hash(data: bytes) -> int:
@@ -39,21 +39,30 @@ def default_hash(data: bytes) -> int:
     return zlib.crc32(data)
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One stored case: key, strategy and (if known) the performance it achieved."""
+class Entry(NamedTuple):
+    """One stored case: key, strategy and (if known) the performance it achieved.
+
+    A NamedTuple because entries are built on the lookup hot path. `info_dict`, `knowledge` and `aoe`
+    are shared with the bank's cache: treat them as read-only (`knowledge_copy` gives your own).
+    """
 
     op: str
     id: int
     version: int
     info_dict: dict[str, Any]
-    knowledge: dict[str, Any]  # treat as read-only: it is shared with the bank's cache
-    perf_us: float | None
-    default_perf_us: float | None
-    source: str  # "custom" | "builtin" | a file path
-    aoe: dict[str, Any] = field(default_factory=dict)
-    packed: bytes = field(default=b"", repr=False, compare=False)
-    flat: bool = field(default=True, repr=False, compare=False)  # knowledge holds no containers
+    knowledge: dict[str, Any]
+    source: str  # "custom" | "builtin"
+    aoe: dict[str, Any]  # aoe's own fields ({} for CANN records)
+
+    @property
+    def perf_us(self) -> float | None:
+        """Time (µs) this strategy achieved when it was stored; None if unknown."""
+        return _perf(self.aoe.get("perf_us"))
+
+    @property
+    def default_perf_us(self) -> float | None:
+        """Time (µs) of the default strategy for this case when it was stored; None if unknown."""
+        return _perf(self.aoe.get("default_perf_us"))
 
     def record(self) -> dict[str, Any]:
         """The JSON record of this entry."""
@@ -62,6 +71,10 @@ class Entry:
         if self.aoe:
             rec["aoe"] = self.aoe
         return rec
+
+    def packed(self) -> bytes:
+        """The packed key (what `id` hashes)."""
+        return schema_for(self.op).pack(self.op, self.info_dict)
 
 
 @dataclass(frozen=True)
@@ -133,6 +146,9 @@ class OpFile:
         self.index: dict[int, int] = {}  # id -> latest line index with that id
         self.more: dict[int, list[int]] = {}  # id -> all its line indices, latest first (rare)
         self._entries: dict[int, Entry | None] = {}
+        self._kfields = frozenset(schema.knowledge_fields)
+        self._packed: dict[int, bytes] = {}
+        self.fixed = schema.family != "vector"
         self.unfit: list[tuple[int, str]] = []  # valid JSON records whose key/knowledge is off-schema
         for i, rec in enumerate(lines.recs):
             if rec is not None:
@@ -164,34 +180,51 @@ class OpFile:
             pass
         rec = self.lines.recs[i]
         e: Entry | None = None
+        know = rec["knowledge"]
         try:
-            packed = self.schema.pack(self.op_type, rec["info_dict"])
-            self.schema.check_knowledge(self.op_type, rec["knowledge"])
+            # the key was checked by whoever found this line (same_key / packed); the knowledge:
+            # presence only on this hot path, field types are checked on write and by `verify`
+            if not self._kfields <= know.keys():
+                self.schema.check_knowledge(self.op_type, know)
         except BankKeyError as exc:
-            lineno = self.lines.linenos[i]
-            if not any(n == lineno for n, _ in self.unfit):
-                self.unfit.append((lineno, str(exc)))
-                jsonl.warn_problems(self.lines.path, [(lineno, str(exc))])
+            self._unfit(i, exc)
         else:
-            aoe = rec.get("aoe") or {}
-            know = rec["knowledge"]
             e = Entry(self.op_type, rec["id"], rec.get("version", RECORD_VERSION), rec["info_dict"],
-                      know, _perf(aoe.get("perf_us")), _perf(aoe.get("default_perf_us")), self.source,
-                      aoe, packed, all(type(v) in _SCALARS for v in know.values()))
+                      know, self.source, rec.get("aoe") or {})
         self._entries[i] = e
         return e
 
-    def find(self, packed: bytes, h: int) -> int | None:
-        """Line index of the case with this packed key and id, or None."""
+    def _unfit(self, i: int, exc: Exception) -> None:
+        lineno = self.lines.linenos[i]
+        if not any(n == lineno for n, _ in self.unfit):
+            self.unfit.append((lineno, str(exc)))
+            jsonl.warn_problems(self.lines.path, [(lineno, str(exc))])
+
+    def packed(self, i: int) -> bytes:
+        """The packed key of line `i` (raises BankKeyError when off-schema)."""
+        p = self._packed.get(i)
+        if p is None:
+            p = self._packed[i] = self.schema.pack(self.op_type, self.lines.recs[i]["info_dict"])
+        return p
+
+    def same_key(self, i: int, key: Mapping[str, Any], packed: bytes) -> bool:
+        """True if line `i` holds exactly this key (`key` canonical, `packed` its packing)."""
+        if self.fixed:
+            # fixed schemas: dict equality is packed-bytes equality (bools are 0/1 in both) and
+            # avoids packing the stored key on the lookup hot path
+            return self.lines.recs[i]["info_dict"] == key
+        try:
+            return self.packed(i) == packed
+        except BankKeyError:
+            return False
+
+    def find(self, key: Mapping[str, Any], packed: bytes, h: int) -> int | None:
+        """Line index of the usable case with this key and id, or None."""
         i = self.index.get(h)
         if i is None:
             return None
-        e = self.entry(i)
-        if e is not None and e.packed == packed:
-            return i
-        for j in self.more.get(h, ()):
-            e = self.entry(j)
-            if e is not None and e.packed == packed:
+        for j in self.more.get(h, (i,)):
+            if self.same_key(j, key, packed) and self.entry(j) is not None:
                 return j
         return None
 
@@ -203,16 +236,24 @@ class OpFile:
         else:
             self.lines.raw[i], self.lines.recs[i] = raw, rec
         self._entries.pop(i, None)
+        self._packed.pop(i, None)
         self._register(i, rec)
 
     def entries(self) -> Iterator[Entry]:
         """Every usable entry (for same-key duplicates only the last), in order of last occurrence."""
         latest: dict[bytes, Entry] = {}
         for i, rec in enumerate(self.lines.recs):
-            e = self.entry(i) if rec is not None else None
+            if rec is None:
+                continue
+            try:
+                p = self.packed(i)
+            except BankKeyError as exc:
+                self._unfit(i, exc)
+                continue
+            e = self.entry(i)
             if e is not None:
-                latest.pop(e.packed, None)
-                latest[e.packed] = e
+                latest.pop(p, None)
+                latest[p] = e
         yield from latest.values()
 
 
@@ -280,10 +321,20 @@ class OpBank:
         schema = f.schema
         try:
             packed = schema.pack(op_type, key)
-        except BankKeyError:  # friendly input (names, bools, defaults): canonicalise, then pack
-            packed = schema.pack(op_type, schema.canonical_key(op_type, key))
-        i = f.find(packed, self.hash_fn(packed))
-        return None if i is None else f.entry(i)
+        except BankKeyError:  # friendly input (names, defaults): canonicalise, then pack
+            key = schema.canonical_key(op_type, key)
+            packed = schema.pack(op_type, key)
+        h = self.hash_fn(packed)
+        i = f.index.get(h)
+        if i is None:
+            return None
+        if f.fixed and h not in f.more:  # the common case, inlined: one line has this id
+            if f.lines.recs[i]["info_dict"] != key:
+                return None
+            e = f._entries.get(i)
+            return e if e is not None else f.entry(i)
+        j = f.find(key, packed, h)  # shared id (collision or duplicates), or a vector key
+        return None if j is None else f.entry(j)
 
     def put(self, op_type: str, key: Mapping[str, Any], knowledge: Mapping[str, Any],
             perf_us: float, default_perf_us: float | None = None,
@@ -316,7 +367,7 @@ class OpBank:
                     it = items[n]
                     packed = schema.pack(op_type, it.info_dict)
                     h = self.hash_fn(packed)
-                    i = f.find(packed, h)
+                    i = f.find(it.info_dict, packed, h)
                     old = f.entry(i) if i is not None else None
                     if i is not None and old is not None and not better(it.perf_us, old.perf_us):
                         outcomes[n] = "kept"
@@ -382,4 +433,9 @@ class BankChain:
 
 def knowledge_copy(e: Entry) -> dict[str, Any]:
     """A caller-owned copy of an entry's knowledge (cheap when it has no nested containers)."""
-    return dict(e.knowledge) if e.flat else copy.deepcopy(e.knowledge)
+    k = e.knowledge
+    # schema fields are integers: only extra fields can hold containers
+    if len(k) == len(schema_for(e.op).knowledge_fields) or not any(
+            type(v) in _CONTAINERS for v in k.values()):
+        return dict(k)
+    return copy.deepcopy(k)

@@ -1,0 +1,99 @@
+"""Bank speed: load a 100,000-entry MatMulV3 bank, then 100,000 lookups. Prints one JSON line.
+
+Figures: `load_s` (open the bank and index its file), `lookup_us` (mean `OpBank.lookup`, each of the
+100,000 stored keys once, in random order: the first touch of an entry is included), `query_us`
+(mean `aoe.bank.query` — stat re-validation + custom + copy of the knowledge), `miss_us` (mean lookup
+of absent keys), `file_mb`. Goals: load < 1 s, lookup < 5 µs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from aoe.bank import OpBank, query
+from aoe.bank.jsonl import dumps
+from aoe.bank.schema import MATMUL, MATMUL_KNOWLEDGE
+from aoe.bank.store import default_hash
+from aoe.bank.query import clear_cache
+
+SOC, OP = "Ascend910B2", "MatMulV3"
+
+
+def make_keys(n: int, seed: int) -> list[dict[str, int]]:
+    """`n` distinct canonical MatMul keys with realistic field values."""
+    rng = random.Random(seed)
+    keys = []
+    for i in range(n):
+        k = MATMUL.canonical_key(OP, {
+            "m": 16 * (i + 1), "k": rng.choice([64, 768, 1024, 4096]), "n": rng.choice([128, 1024, 3072]),
+            "batch_a1": rng.choice([1, 8]), "a_dtype": 1, "b_dtype": 1, "out_dtype": rng.choice([0, 1]),
+            "a_format": 2, "b_format": rng.choice([2, 29]), "out_format": 2,
+            "trans_b_flag": rng.choice([0, 1])})
+        keys.append(k)
+    return keys
+
+
+def write_bank(root: Path, keys: list[dict[str, int]], seed: int) -> Path:
+    """Write the bank file directly in aoe's record format (what n put() calls would leave)."""
+    rng = random.Random(seed)
+    bank = OpBank(root, SOC)
+    path = bank.path_for(OP)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        for k in keys:
+            know = {name: rng.choice([1, 2, 16, 64, 128, 256]) for name in MATMUL_KNOWLEDGE}
+            rec = {"id": default_hash(MATMUL.pack(OP, k)), "op": OP, "version": 1, "info_dict": k,
+                   "knowledge": know, "aoe": {"perf_us": rng.uniform(5, 500), "default_perf_us": 600.0}}
+            f.write(dumps(rec) + b"\n")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print its JSON line."""
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--entries", type=int, default=100_000)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    keys = make_keys(args.entries, args.seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        path = write_bank(root, keys, args.seed)
+
+        t0 = time.perf_counter()
+        bank = OpBank(root, SOC)
+        bank.file(OP)
+        load_s = time.perf_counter() - t0
+
+        order = keys[:]
+        random.Random(args.seed + 1).shuffle(order)
+        t0 = time.perf_counter()
+        hits = sum(bank.lookup(OP, k) is not None for k in order)
+        lookup_us = (time.perf_counter() - t0) / len(order) * 1e6
+        assert hits == len(order), hits
+
+        misses = [dict(k, m=k["m"] + 1) for k in order[:10_000]]
+        t0 = time.perf_counter()
+        found = sum(bank.lookup(OP, k) is not None for k in misses)
+        miss_us = (time.perf_counter() - t0) / len(misses) * 1e6
+
+        clear_cache()
+        query(SOC, OP, order[0], bank_dir=root)  # first call loads
+        t0 = time.perf_counter()
+        got = sum(query(SOC, OP, k, bank_dir=root) is not None for k in order)
+        query_us = (time.perf_counter() - t0) / len(order) * 1e6
+        assert got == len(order) and found == 0
+
+        print(json.dumps({"entries": args.entries, "file_mb": round(path.stat().st_size / 1e6, 1),
+                          "load_s": round(load_s, 3), "lookup_us": round(lookup_us, 2),
+                          "miss_us": round(miss_us, 2), "query_us": round(query_us, 2),
+                          "python": sys.version.split()[0]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
