@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
 
 from ..errors import AoeError
 from . import jsonl
-from .paths import check_name, core_num_for, ensure_dir, inside
+from .paths import check_dir, check_name, core_num_for, ensure_dir, inside
 from .schema import BankKeyError, OpSchema, schema_for
 
 HashFn = Callable[[bytes], int]
@@ -354,6 +354,8 @@ class OpBank:
         for op_type, idxs in by_op.items():
             path = self.path_for(op_type)
             ensure_dir(self.dir)
+            # the same rwx rule as for TUNE_BANK_PATH (root included), before anything is written
+            check_dir(self.dir, f"the {self.source} operator bank {self.root}")
             path = self.path_for(op_type)  # again, now that the directory exists
             schema = schema_for(op_type)
             holder: list[OpFile] = []

@@ -13,7 +13,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from ..errors import AoeError
 from . import jsonl
-from .paths import ensure_dir
+from .paths import check_dir, ensure_dir
 from .store import RECORD_VERSION, _perf, better
 
 SUBGRAPH_FILE = "subgraph.json"
@@ -130,6 +130,7 @@ class SubgraphBank:
             return changed
 
         ensure_dir(self.root)
+        check_dir(self.root, f"the subgraph bank {self.root}")
         lines = jsonl.update(self.path, _check, merge)
         self._cached = (lines.sig, lines, _index(lines))
         return outcomes
