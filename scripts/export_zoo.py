@@ -37,9 +37,11 @@ def _export(model, args: tuple, input_names: list[str], output_names: list[str],
 
     buf = io.BytesIO()
     with torch.no_grad():
+        # PRESERVE (with the model in eval mode) keeps BatchNormalization as its own node instead of
+        # folding it into the preceding Conv: training graphs need the batch-norm operators
         torch.onnx.export(model, args, buf, input_names=input_names, output_names=output_names,
                           dynamic_axes=dynamic_axes, opset_version=OPSET, do_constant_folding=True,
-                          dynamo=False)
+                          training=torch.onnx.TrainingMode.PRESERVE, dynamo=False)
     return buf.getvalue()
 
 

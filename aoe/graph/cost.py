@@ -66,9 +66,9 @@ def op_macs(graph: "Graph", op: "Op") -> int:
             w = _shape(graph, op.inputs[1])
             return _numel(_shape(graph, op.outputs[0])) * _numel(w[1:]) if len(w) == 4 else 0
         if op.type == "Conv2DBackpropInput":
-            # inputs (out_backprop, filter): same work as the forward conv producing out_backprop
-            w = _shape(graph, op.inputs[1])
-            return _numel(_shape(graph, op.inputs[0])) * _numel(w[1:]) if len(w) == 4 else 0
+            # inputs (filter, out_backprop) as in CANN: same work as the forward conv producing out_backprop
+            w = _shape(graph, op.inputs[0])
+            return _numel(_shape(graph, op.inputs[1])) * _numel(w[1:]) if len(w) == 4 else 0
         if op.type == "Conv2DBackpropFilter":
             # inputs (x, out_backprop), output the filter gradient [Cout, Cin/g, kh, kw]
             w = _shape(graph, op.outputs[0])
