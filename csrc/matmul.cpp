@@ -1,0 +1,208 @@
+// Cube matmul (MatMul / BatchMatMul) cost model with TCubeTiling-style strategies.
+//
+// One core task computes a singleCoreM x singleCoreN block over singleCoreK; tasks (batch x M blocks
+// x N blocks x K blocks) are dealt to usedCoreNum cores in waves. Inside a task the output is walked
+// in L1 tiles of (stepM*baseM) x (stepN*baseN), each base block accumulating over K in L0C. The
+// README ("The matmul model") gives the equations.
+#include <algorithm>
+#include <cmath>
+
+#include "cube.h"
+#include "sim.h"
+
+namespace aoesim {
+
+namespace {
+
+enum MmOp { M_M, M_N, M_K, M_BATCH_A, M_BATCH_B, M_DTYPE, M_OUT_DTYPE, M_A_FMT, M_B_FMT, M_C_FMT,
+            M_TRANS_A, M_TRANS_B, M_BIAS, M_NOP };
+
+
+}  // namespace
+
+Result eval_matmul(const SoC& s, const int64_t* op, const int64_t* st) {
+    CubeProblem p;
+    p.M = op[M_M];
+    p.N = op[M_N];
+    p.K = op[M_K];
+    p.batch_a = op[M_BATCH_A];
+    p.batch_b = op[M_BATCH_B];
+    p.ea = dtype_bytes(int(op[M_DTYPE]));
+    p.eo = dtype_bytes(int(op[M_OUT_DTYPE]));
+    p.a_nz = op[M_A_FMT] == F_FRACTAL_NZ;
+    p.b_nz = op[M_B_FMT] == F_FRACTAL_NZ;
+    p.c_nz = op[M_C_FMT] == F_FRACTAL_NZ;
+    p.ta = op[M_TRANS_A] != 0;
+    p.tb = op[M_TRANS_B] != 0;
+    p.bias = op[M_BIAS] != 0;
+    p.flops = 2.0 * double(p.M) * double(p.N) * double(p.K) * double(std::max(p.batch_a, p.batch_b));
+    return cube_eval(s, p, st);
+}
+
+Result cube_eval(const SoC& s, const CubeProblem& p, const int64_t* st) {
+    for (int i = 0; i < S_NST; ++i)
+        if (st[i] < 0) return invalid(RS_BAD_VALUE);
+    const int64_t M = p.M, N = p.N, K = p.K;
+    const int64_t batch = std::max(p.batch_a, p.batch_b);
+    const int64_t ea = p.ea, eo = p.eo;
+    const int64_t k0 = 32 / ea;  // fractal K: 16 fp16, 32 int8, 8 fp32
+    const bool a_nz = p.a_nz, b_nz = p.b_nz, c_nz = p.c_nz, ta = p.ta, tb = p.tb, bias = p.bias;
+
+    const int64_t uc = st[S_USED_CORE], sM = st[S_SM], sN = st[S_SN], sK = st[S_SK];
+    const int64_t bM = st[S_BM], bN = st[S_BN], bK = st[S_BK];
+    const int64_t dA = st[S_DEPTH_A1], dB = st[S_DEPTH_B1], stM = st[S_STEP_M], stN = st[S_STEP_N];
+    const int64_t sKa = st[S_STEP_KA], sKb = st[S_STEP_KB];
+    const int64_t ord = st[S_ITER_ORDER], dbA = st[S_DB_L0A], dbB = st[S_DB_L0B], dbC = st[S_DB_L0C];
+    const int64_t l2en = st[S_TILING_EN], l2ord = st[S_L2_ORDER];
+    const int64_t l2Mc = st[S_L2_MCNT], l2Nc = st[S_L2_NCNT], l2Mb = st[S_L2_MBLK], l2Nb = st[S_L2_NBLK];
+
+    // --- domain and hardware constraints (never a silent number for an impossible strategy) ---
+    if (uc < 1 || sM < 1 || sN < 1 || sK < 1 || bM < 1 || bN < 1 || bK < 1 || dA < 1 || dB < 1 ||
+        stM < 1 || stN < 1 || sKa < 1 || sKb < 1 || ord > 1 || dbA > 1 || dbB > 1 || dbC > 1 ||
+        l2en > 1 || l2ord > 1)
+        return invalid(RS_BAD_VALUE);
+    if (uc > s.cube_cores) return invalid(RS_CORES);
+    if (bM % 16 || bN % 16 || bK % k0) return invalid(RS_MISALIGNED);
+    const int64_t Mal = align_up(M, 16), Nal = align_up(N, 16), Kal = align_up(K, k0);
+    if (sM > Mal || sN > Nal || sK > Kal) return invalid(RS_EXCEEDS_SHAPE);
+    const int64_t tM = std::min(sM, M), tN = std::min(sN, N), tK = std::min(sK, K);  // full task
+    const int64_t aM = align_up(tM, 16), aN = align_up(tN, 16), aK = align_up(tK, k0);
+    if (bM > aM || bN > aN || bK > aK) return invalid(RS_EXCEEDS_SHAPE);
+    const int64_t mIter = ceil_div(tM, bM), nIter = ceil_div(tN, bN), kIter = ceil_div(tK, bK);
+    if (stM > mIter || stN > nIter || sKa > kIter || sKb > kIter) return invalid(RS_EXCEEDS_SHAPE);
+    if (sKa % sKb && sKb % sKa) return invalid(RS_INCONSISTENT);
+    const bool dbl1a = dA == 2 * stM * sKa, dbl1b = dB == 2 * stN * sKb;
+    if (!dbl1a && dA != stM * sKa) return invalid(RS_INCONSISTENT);
+    if (!dbl1b && dB != stN * sKb) return invalid(RS_INCONSISTENT);
+    if (bM * bK * ea * (1 + dbA) > s.l0a) return invalid(RS_L0A);
+    if (bN * bK * ea * (1 + dbB) > s.l0b) return invalid(RS_L0B);
+    if (bM * bN * 4 * (1 + dbC) > s.l0c) return invalid(RS_L0C);
+    if (double(dA * bM * bK * ea) * p.a_l1_scale + double(dB * bN * bK * ea) * p.b_l1_scale +
+            (bias ? stN * bN * 4 : 0) > double(s.l1))
+        return invalid(RS_L1);
+    const int64_t mB = ceil_div(M, sM), nB = ceil_div(N, sN), kB = ceil_div(K, sK);
+    const int64_t per_batch = mB * nB * kB;
+    const int64_t tasks = batch * per_batch;
+    if (uc > tasks) return invalid(RS_INCONSISTENT);  // idle cores: usedCoreNum must not exceed blocks
+    if (l2en) {
+        if (l2Mb < 1 || l2Nb < 1 || l2Mb > mB || l2Nb > nB || l2Mc != ceil_div(mB, l2Mb) ||
+            l2Nc != ceil_div(nB, l2Nb))
+            return invalid(RS_INCONSISTENT);
+    }
+
+    Result r;
+    const double cpu = s.cycles_per_us();
+    // --- chip-level traffic: compulsory bytes, re-reads, and where re-reads are served ---
+    const double gmM = a_nz ? double(Mal) : double(M), gmK = (a_nz || b_nz) ? double(Kal) : double(K);
+    const double gmN = b_nz ? double(Nal) : double(N);
+    // bytes of one batch of A / B in GM (conv: the feature map, smaller than its img2col matrix)
+    const double A_b = gmM * (a_nz ? gmK : double(K)) * ea * p.a_gm_scale;
+    const double B_b = (b_nz ? gmK : double(K)) * gmN * ea * p.b_gm_scale;
+    const double A_tot = A_b * double(p.batch_a), B_tot = B_b * double(p.batch_b);
+    const double out_e = kB > 1 ? 4.0 : double(eo);  // split-K accumulates fp32 partials atomically
+    const double C_tot = double(batch) * double(c_nz ? Mal : M) * double(c_nz ? Nal : N) * eo;
+    const double bias_tot = bias ? double(N) * 4.0 : 0.0;
+
+    // Reuse inside a task: an operand whose whole K panel fits its L1 buffer is re-loaded only when
+    // the outer loop comes back to it; otherwise every base block streams its K panel again.
+    const int64_t mT = ceil_div(mIter, stM), nT = ceil_div(nIter, stN);
+    const bool akf = sKa >= kIter, bkf = sKb >= kIter;
+    double a_mult, b_mult;
+    if (ord == 0) {  // M first: N outer, M inner -> B stays, A comes back once per N tile
+        a_mult = akf ? (mT == 1 ? 1.0 : double(nT)) : double(nIter);
+        b_mult = bkf ? 1.0 : double(mIter);
+    } else {         // N first: M outer, N inner -> A stays, B comes back once per M tile
+        a_mult = akf ? 1.0 : double(nIter);
+        b_mult = bkf ? (nT == 1 ? 1.0 : double(mT)) : double(mIter);
+    }
+    const double a_task = double(a_nz ? aM : tM) * double(a_nz ? aK : tK) * ea * a_mult * p.a_gm_scale;
+    const double b_task = double(b_nz ? aN : tN) * double(b_nz ? aK : tK) * ea * b_mult * p.b_gm_scale;
+    // Whole-chip reads: every (M block, K block) panel of A is read by all nB column blocks.
+    const double R_A = A_b * double(batch) * double(nB) * a_mult;
+    const double R_B = B_b * double(batch) * double(mB) * b_mult;
+    const double R = R_A + R_B;
+    const double comp = A_tot + B_tot;
+    const double l2u = s.l2_usable * double(s.l2);
+    const double conc_batches = std::min<double>(double(batch), std::max(1.0, double(uc) / double(per_batch)));
+    const double W = (A_b + B_b) * conc_batches;
+    double hbm_rd, miss;
+    if (l2en && W > l2u) {
+        // L2 tiling: the re-read working set is one L2 tile; the operand that is not kept is
+        // fetched from HBM once per L2 tile of the other dimension.
+        const double tileA = std::min(double(l2Mb * sM), gmM) * gmK * ea;
+        const double tileB = std::min(double(l2Nb * sN), gmN) * gmK * ea;
+        const double Wt = (tileA + tileB) * conc_batches;
+        miss = Wt <= l2u ? 0.0 : 1.0 - l2u / Wt;
+        const double comp_t = l2ord == 0 ? A_tot * double(l2Nc) + B_tot : A_tot + B_tot * double(l2Mc);
+        hbm_rd = std::min(R, comp_t + miss * std::max(0.0, R - comp_t));
+    } else {
+        miss = W <= l2u ? 0.0 : 1.0 - l2u / W;
+        hbm_rd = comp + miss * std::max(0.0, R - comp);
+    }
+    const double fh = R > 0 ? hbm_rd / R : 1.0;
+
+    // --- per-core rates: HBM is shared by the active cores, L2 too ---
+    const double active = double(std::min<int64_t>(uc, tasks));
+    const double hbm_bpc = hbm_bytes_per_cycle(s, s.freq_mhz);  // whole chip
+    const double l2_bpc = s.l2_gbps > 0 ? s.l2_gbps * 1000.0 / s.freq_mhz : s.l2_rate * s.cube_cores;
+    const double sh_h = std::min(s.ddr_rate, hbm_bpc / active);
+    const double sh_l2 = std::min(s.l2_rate, l2_bpc / active);
+
+    // DMA burst lengths: NZ chunks are long runs, ND rows are short strided bursts through ND2NZ.
+    const double rowsA = double(std::min(stM * bM, tM)), kA = double(std::min(sKa * bK, tK));
+    const double colsB = double(std::min(stN * bN, tN)), kBl = double(std::min(sKb * bK, tK));
+    double runA, runB;
+    if (a_nz) runA = rowsA >= M ? rowsA * kA * ea : rowsA * 32.0;
+    else if (!ta) runA = kA >= K ? rowsA * double(K) * ea : kA * ea;
+    else runA = rowsA >= M ? kA * double(M) * ea : rowsA * ea;
+    if (b_nz) runB = kBl >= K ? colsB * kBl * ea : kBl * 32.0;
+    else if (!tb) runB = colsB >= N ? kBl * double(N) * ea : colsB * ea;
+    else runB = kBl >= K ? colsB * double(K) * ea : kBl * ea;
+    const double effA = dma_eff(s, runA) * (a_nz ? 1.0 : s.nd2nz_efficiency);
+    const double effB = dma_eff(s, runB) * (b_nz ? 1.0 : s.nd2nz_efficiency);
+
+    CubeTask t;
+    t.mte2_a = (a_task * fh / sh_h + a_task * (1 - fh) / sh_l2) / effA;
+    t.mte2_b = (b_task * fh / sh_h + b_task * (1 - fh) / sh_l2) / effB + (bias ? tN * 4.0 / sh_h : 0.0);
+    // L0 reuse: with a single K step the A block stays in L0A across the N-inner loop (and B in
+    // L0B across the M-inner loop).
+    const double l0a = double(aM) * aK * ea * ((kIter == 1 && ord == 1) ? 1.0 : double(nIter));
+    const double l0b = double(aN) * aK * ea * ((kIter == 1 && ord == 0) ? 1.0 : double(mIter));
+    t.mte1_a = l0a / (s.l1_to_l0a_rate * p.a_mte1_eff);
+    t.mte1_b = l0b / (s.l1_to_l0b_rate * p.b_mte1_eff);
+    const double n_blocks = double(mIter * nIter * kIter);
+    t.cube = double(aM / 16) * double(aN / 16) * double(aK / k0) * p.cube_scale + s.mmad_overhead_cycles * n_blocks;
+    const double out_task = double(tM) * double(tN) * out_e;
+    const double runC = c_nz ? double(std::min(bM, aM)) * 32.0 : double(std::min(bN, tN)) * out_e;
+    t.fix = out_task / std::min(s.fixpipe_rate, sh_h) / dma_eff(s, runC);
+    const double chunks = a_mult * double(mT) * double(ceil_div(kIter, sKa)) +
+                          b_mult * double(nT) * double(ceil_div(kIter, sKb));
+    t.scalar = s.scalar_task_cycles + s.scalar_chunk_cycles * chunks + s.scalar_iter_cycles * n_blocks;
+    const double hbm_task = (a_task + b_task) * fh + out_task;
+    t.hbm_floor = hbm_task / (hbm_bpc / active);
+    t.db_l1a = dbl1a; t.db_l1b = dbl1b; t.db_l0a = dbA; t.db_l0b = dbB; t.db_l0c = dbC;
+    t.n_chunks = std::max(1.0, chunks);
+    t.n_blocks = n_blocks;
+    t.n_out = double(mIter * nIter);
+    double fill = 0;
+    const double task_cycles = cube_task_cycles(t, &fill);
+
+    double waves;
+    if (l2en && W > l2u) waves = double(l2Mc * l2Nc) * double(ceil_div(batch * l2Mb * l2Nb * kB, uc));
+    else waves = double(ceil_div(tasks, uc));
+
+    r.busy_us[P_MTE2] = waves * (t.mte2_a + t.mte2_b) / cpu;
+    r.busy_us[P_MTE1] = waves * (t.mte1_a + t.mte1_b) / cpu;
+    r.busy_us[P_CUBE] = waves * t.cube / cpu;
+    r.busy_us[P_FIXPIPE] = waves * t.fix / cpu;
+    r.busy_us[P_SCALAR] = waves * t.scalar / cpu;
+    r.busy_us[P_OVERHEAD] = s.launch_us + waves * fill / cpu;
+    r.hbm_bytes = hbm_rd + C_tot * (kB > 1 ? double(kB) * 4.0 / double(eo) : 1.0) + bias_tot;
+    r.l2_bytes = R - hbm_rd;
+    r.flops = p.flops;
+    r.bytes = comp + C_tot + bias_tot;
+    finish(s, r, waves * task_cycles, 0.0, 1);
+    return r;
+}
+
+}  // namespace aoesim
