@@ -11,7 +11,7 @@ from typing import Any, Iterator
 
 from ..errors import AoeError
 from . import jsonl
-from .paths import core_num_for, resolve_op_bank_dir, resolve_subgraph_bank_dir
+from .paths import check_name, core_num_for, resolve_op_bank_dir, resolve_subgraph_bank_dir
 from .schema import BankKeyError, schema_for
 from .store import BuiltinBank, Entry, OpBank, Pending, make_pending
 from .subgraph import SubgraphBank
@@ -65,7 +65,7 @@ class _Banks:
         env: dict[str, str] = dict(os.environ)
         if args.bank_dir is not None:
             env["TUNE_BANK_PATH"] = args.bank_dir
-        self.soc = args.soc_version
+        self.soc = check_name(args.soc_version, "SoC version")
         self.core_num = core_num_for(self.soc, args.core_num)
         self.custom = OpBank(resolve_op_bank_dir(self.soc, env), self.soc, self.core_num)
         self.builtin = BuiltinBank(self.soc, self.core_num)
