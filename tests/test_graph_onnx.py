@@ -393,3 +393,23 @@ def test_external_data_is_never_opened(tmp_path):
     model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [x], [helper.make_tensor_value_info("y", F, None)], [w])
     g = load(save(tmp_path, model))
     assert g.tensors["w"].shape == (4, 3) and g.tensors["w"].kind == "param"
+
+
+def test_cli_training_full_json_and_help(tmp_path, capsys):
+    assert aoe_main(["graph", "zoo:mobilenet_v2", "--training", "--json", "--full"]) == 0
+    text = capsys.readouterr().out
+    p = tmp_path / "mnv2_train.json"
+    p.write_text(text)
+    g = Graph.from_json(text)
+    assert g.training and any(o.type == "ApplyAdamD" for o in g.ops)
+    assert aoe_main(["graph", str(p), "--json"]) == 0  # the saved graph loads again by path
+    out = json.loads(capsys.readouterr().out)
+    assert out["training"] is True and out["op_counts"]["Conv2DBackpropFilter"] == 52
+    assert aoe_main(["graph", "zoo:resnet50", "--per_op"]) == 0
+    assert "'/conv1/Conv'" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as info:
+        aoe_main(["graph", "--help"])
+    assert info.value.code == 0 and "--input_shape" in capsys.readouterr().out
+    assert aoe_main(["graph", "zoo:bert_base", "--compute_dtype", "int4"]) == 2
+    assert aoe_main(["graph", "zoo:nope"]) == 2
+    assert "zoo:resnet50" in capsys.readouterr().err
