@@ -313,7 +313,9 @@ def test_corrupt_lines_are_skipped_with_a_warning_and_kept(tmp_path):
     for bad in damaged[1:]:
         if bad not in lines:
             assert bad in after  # never silently deleted
-    assert OpBank(tmp_path, SOC).lookup(MM, mm_key(m=64)) is not None
+    with pytest.warns(BankWarning) as rec:  # still there, still reported
+        assert OpBank(tmp_path, SOC).lookup(MM, mm_key(m=64)) is not None
+    assert sum("not valid JSON" in str(w.message) for w in rec) == 2
 
 
 def test_off_schema_records_are_skipped_not_returned(tmp_path):
