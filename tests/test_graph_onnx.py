@@ -413,3 +413,32 @@ def test_cli_training_full_json_and_help(tmp_path, capsys):
     assert aoe_main(["graph", "zoo:bert_base", "--compute_dtype", "int4"]) == 2
     assert aoe_main(["graph", "zoo:nope"]) == 2
     assert "zoo:resnet50" in capsys.readouterr().err
+
+
+def test_decomposed_layernorm_is_fused(tmp_path):
+    """The LayerNorm formula of pre-opset-17 PyTorch exports becomes one LayerNorm operator."""
+    x = helper.make_tensor_value_info("x", F, ["B", 6, 16])
+    c = lambda n, v: numpy_helper.from_array(np.array(v, dtype=np.float32), n)  # noqa: E731
+    nodes = [
+        helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1]),
+        helper.make_node("Sub", ["x", "m"], ["d"]),
+        helper.make_node("Pow", ["d", "two"], ["p"]),
+        helper.make_node("ReduceMean", ["p"], ["v"], axes=[-1]),
+        helper.make_node("Add", ["v", "eps"], ["ve"]),
+        helper.make_node("Sqrt", ["ve"], ["s"]),
+        helper.make_node("Div", ["d", "s"], ["n"]),
+        helper.make_node("Mul", ["n", "gamma"], ["g"]),
+        helper.make_node("Add", ["g", "beta"], ["y"]),
+        helper.make_node("Relu", ["y"], ["z"]),
+    ]
+    inits = [c("two", 2.0), c("eps", 1e-12), init("gamma", (16,)), init("beta", (16,))]
+    model = make_model(nodes, [x], [helper.make_tensor_value_info("z", F, None)], inits, opset=13)
+    g = check_against_reference(tmp_path, model, {"x": np.random.rand(2, 6, 16).astype(np.float32)})
+    assert [(o.type, o.inputs, o.outputs) for o in g.ops] == [("LayerNorm", ["x", "gamma", "beta"], ["y"]),
+                                                              ("Relu", ["y"], ["z"])]
+    assert g.ops[0].attrs == {"begin_norm_axis": 2, "begin_params_axis": 2, "epsilon": pytest.approx(1e-12)}
+    # a variant that is not a LayerNorm (variance over a different axis) is left alone
+    nodes[3] = helper.make_node("ReduceMean", ["p"], ["v"], axes=[1])
+    model = make_model(nodes, [x], [helper.make_tensor_value_info("z", F, None)], inits, opset=13)
+    g = load(save(tmp_path, model, "notln.onnx"), "x:2,6,16")
+    assert "LayerNorm" not in [o.type for o in g.ops]

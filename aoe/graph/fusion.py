@@ -147,3 +147,101 @@ def fuse_gelu(ops: list[Op], value: Callable[[str], np.ndarray | None], kind: di
         elif i not in removed:
             result.append(op)
     return result
+
+
+def fuse_layernorm(ops: list[Op], value: Callable[[str], np.ndarray | None], kind: dict[str, str],
+                   shape: dict[str, tuple[int, ...]], outputs: set[str], op_names: set[str]) -> list[Op]:
+    """Replace the decomposed LayerNorm of pre-opset-17 exports by one ``LayerNorm`` operator.
+
+    Pattern (operand order of commutative ops free): ``m = mean(x)``, ``d = x - m``,
+    ``v = mean(d^2 | d*d)``, ``n = d / sqrt(v + eps)``, ``y = n * gamma + beta`` with both means over
+    the same trailing axes and gamma/beta parameters of the normalised shape.
+    """
+    producer = {t: i for i, op in enumerate(ops) for t in op.outputs}
+    consumers: dict[str, list[int]] = {}
+    for i, op in enumerate(ops):
+        for t in op.inputs:
+            consumers.setdefault(t, []).append(i)
+
+    def prod(t: str, *types: str) -> int | None:
+        j = producer.get(t)
+        return j if j is not None and ops[j].type in types else None
+
+    def single(t: str) -> int | None:
+        c = consumers.get(t, [])
+        return c[0] if len(c) == 1 and t not in outputs else None
+
+    def scalar(t: str) -> float | None:
+        if kind.get(t) != "const":
+            return None
+        v = value(t)
+        return float(v.reshape(-1)[0]) if v is not None and v.size == 1 else None
+
+    removed: set[int] = set()
+    new_at: dict[int, Op] = {}
+    for i_sqrt, sq in enumerate(ops):
+        if sq.type != "Sqrt" or i_sqrt in removed:
+            continue
+        i_add = prod(sq.inputs[0], "Add")
+        if i_add is None or single(sq.inputs[0]) != i_sqrt:
+            continue
+        var, eps_t = ops[i_add].inputs if scalar(ops[i_add].inputs[1]) is not None else ops[i_add].inputs[::-1]
+        eps = scalar(eps_t)
+        i_var = prod(var, "ReduceMeanD")
+        if eps is None or i_var is None or single(var) != i_add:
+            continue
+        sqd = ops[i_var].inputs[0]
+        i_pow = prod(sqd, "Pow", "Mul")
+        if i_pow is None or single(sqd) != i_var:
+            continue
+        p = ops[i_pow]
+        if p.type == "Pow" and scalar(p.inputs[1]) != 2.0 or p.type == "Mul" and p.inputs[0] != p.inputs[1]:
+            continue
+        d = p.inputs[0]
+        i_sub = prod(d, "Sub")
+        if i_sub is None:
+            continue
+        x, mean = ops[i_sub].inputs
+        i_mean = prod(mean, "ReduceMeanD")
+        if i_mean is None or ops[i_mean].inputs[0] != x or single(mean) != i_sub:
+            continue
+        i_div = single(sq.outputs[0])
+        if i_div is None or ops[i_div].type != "RealDiv" or ops[i_div].inputs != [d, sq.outputs[0]]:
+            continue
+        if sorted(consumers.get(d, [])) != sorted({i_pow, i_div}) or d in outputs:
+            continue
+        rank = len(shape[x])
+        axes = ops[i_mean].attrs.get("axes")
+        if axes != ops[i_var].attrs.get("axes") or not axes or axes != list(range(axes[0], rank)):
+            continue
+        if not (ops[i_mean].attrs.get("keep_dims") and ops[i_var].attrs.get("keep_dims")):
+            continue
+        k = axes[0]
+        norm_shape = shape[x][k:]
+        # the affine part: n * gamma + beta, both parameters of the normalised shape
+        n = ops[i_div].outputs[0]
+        i_mul = single(n)
+        if i_mul is None or ops[i_mul].type != "Mul":
+            continue
+        gamma = next((t for t in ops[i_mul].inputs if t != n), None)
+        i_badd = single(ops[i_mul].outputs[0])
+        if gamma is None or kind.get(gamma) != "param" or shape[gamma] != norm_shape or i_badd is None \
+                or ops[i_badd].type != "Add":
+            continue
+        beta = next((t for t in ops[i_badd].inputs if t != ops[i_mul].outputs[0]), None)
+        if beta is None or kind.get(beta) != "param" or shape[beta] != norm_shape:
+            continue
+        out = ops[i_badd].outputs[0]
+        if shape[out] != shape[x]:
+            continue
+        members = {i_mean, i_sub, i_pow, i_var, i_add, i_sqrt, i_div, i_mul, i_badd}
+        if members & removed:
+            continue
+        removed.update(members)
+        name = unique_name(ops[i_mean].name, op_names, "/layernorm")
+        op_names.add(name)
+        new_at[max(members)] = Op(name, "LayerNorm", [x, gamma, beta], [out],
+                                  {"begin_norm_axis": k, "begin_params_axis": k, "epsilon": eps})
+    if not removed:
+        return ops
+    return [new_at[i] if i in new_at else op for i, op in enumerate(ops) if i in new_at or i not in removed]

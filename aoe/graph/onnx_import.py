@@ -5,7 +5,8 @@ static shape with the rules below, it folds nodes whose inputs are all constants
 -> Concat -> Reshape chains exporters emit) into constants, and it maps the remaining nodes to CANN
 operators. Operators it does not know become ``Opaque`` (listed in ``graph.unsupported``); their
 output shapes come from ONNX's own shape inference when it knows them. Afterwards the Erf/Tanh GELU
-patterns and MatMul+bias pairs are fused, and dead operators are dropped.
+formulas, decomposed LayerNorms (pre-opset-17 exports) and MatMul+bias pairs are fused, and dead
+operators are dropped.
 """
 from __future__ import annotations
 
@@ -598,10 +599,11 @@ class _Importer:
         return cons
 
     def _fuse_gelu(self, outputs: list[str]) -> None:
-        """Replace the exported Erf / Tanh GELU formulas by one Gelu operator (checked numerically)."""
-        from .fusion import fuse_gelu
+        """Fuse exported GELU formulas (checked numerically) and decomposed LayerNorms into single operators."""
+        from .fusion import fuse_gelu, fuse_layernorm
 
         self.ops = fuse_gelu(self.ops, self.value, self.kind, self.shape, set(outputs), self.op_names)
+        self.ops = fuse_layernorm(self.ops, self.value, self.kind, self.shape, set(outputs), self.op_names)
 
     def _fuse_bias(self, outputs: list[str]) -> None:
         """MatMul followed by Add of a 1-D parameter of size N becomes a MatMul with has_bias."""
