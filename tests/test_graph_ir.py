@@ -132,3 +132,23 @@ def test_parse_input_shape():
     for bad in ["x", "x:1,a", "x:-1,3", "x:0", ":3", "x:1;x:2", "x:99999999999"]:
         with pytest.raises(AoeError):
             parse_input_shape(bad)
+
+
+def test_from_json_rejects_unsafe_op_types_and_shapes():
+    good = json.loads(small_mlp_ir().to_json())
+    for op_type in ["../../bank/x", "Mat Mul", "", "a" * 100, "1Relu", "Relu\x00"]:
+        bad = {**good, "ops": [{**good["ops"][0], "type": op_type}] + good["ops"][1:]}
+        with pytest.raises(AoeError):
+            Graph.from_json(json.dumps(bad))
+    for shape in [[-2, 3], [2**40], [1] * 17]:
+        bad = {**good, "tensors": [{**good["tensors"][0], "shape": shape}] + good["tensors"][1:]}
+        with pytest.raises(AoeError):
+            Graph.from_json(json.dumps(bad))
+
+
+def test_summary_survives_malformed_ops():
+    g = small_mlp_ir()
+    g.ops[0] = Op("fc", "Conv2D", ["x"], ["y"], {"ksize": ["a"]})
+    g.ops[1] = Op("act", "MaxPool", ["y"], ["z"], {"ksize": ["a", None]})
+    s = g.summary()
+    assert s["total_macs"] == 0

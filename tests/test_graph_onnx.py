@@ -442,3 +442,12 @@ def test_decomposed_layernorm_is_fused(tmp_path):
     model = make_model(nodes, [x], [helper.make_tensor_value_info("z", F, None)], inits, opset=13)
     g = load(save(tmp_path, model, "notln.onnx"), "x:2,6,16")
     assert "LayerNorm" not in [o.type for o in g.ops]
+
+
+def test_many_nodes_with_one_name(tmp_path):
+    # naming stays linear: a hostile file may give every node the same name
+    n = 20000
+    nodes = [helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"], name="same") for i in range(n)]
+    model = make_model(nodes, [helper.make_tensor_value_info("t0", F, [2])], [helper.make_tensor_value_info(f"t{n}", F, None)])
+    g = load(save(tmp_path, model))
+    assert len(g.ops) == n and len({o.name for o in g.ops}) == n

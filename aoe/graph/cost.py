@@ -118,8 +118,12 @@ def summarize(graph: "Graph") -> dict[str, Any]:
     total_macs = total_flops = total_bytes = 0
     by_type: dict[str, dict[str, int]] = {}
     for op in graph.ops:
-        macs = op_macs(graph, op)
-        flops = op_flops(graph, op, macs)
+        try:
+            macs = op_macs(graph, op)
+            flops = op_flops(graph, op, macs)
+        except (IndexError, TypeError, ValueError):
+            # a hand-written JSON graph may give an operator too few inputs or odd attributes
+            macs = flops = 0
         nbytes = op_bytes(graph, op)
         per_op.append({"name": op.name, "type": op.type, "macs": macs, "flops": flops, "bytes": nbytes})
         total_macs += macs

@@ -10,10 +10,12 @@ from __future__ import annotations
 import heapq
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ..errors import AoeError
+from .shapes import MAX_DIM, MAX_RANK
 
 TENSOR_KINDS = ("input", "const", "param", "activation")
 
@@ -27,6 +29,7 @@ DTYPE_SIZE: dict[str, int] = {
 }
 
 JSON_FORMAT = "aoe.graph"
+_OP_TYPE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 JSON_VERSION = 1
 
 
@@ -183,6 +186,10 @@ class Graph:
                 raise AoeError(f"graph {self.name!r}: input {i!r} has no tensor entry")
         seen_ops: set[str] = set()
         for op in self.ops:
+            if not _OP_TYPE.fullmatch(op.type):
+                # op types name bank files downstream: only identifier-like CANN names are accepted
+                raise AoeError(f"graph {self.name!r}: operator {op.name!r} has invalid type {op.type!r} "
+                               "(operator types are identifiers such as MatMulV2)")
             if op.name in seen_ops:
                 raise AoeError(f"graph {self.name!r}: two operators are named {op.name!r}")
             seen_ops.add(op.name)
@@ -255,6 +262,11 @@ class Graph:
             raise AoeError(f"aoe graph JSON: missing field {exc.args[0]!r}") from None
         except (TypeError, ValueError) as exc:
             raise AoeError(f"aoe graph JSON: malformed field ({exc})") from None
+        except RecursionError:
+            raise AoeError("aoe graph JSON: attributes nested too deeply") from None
+        for t in tensors.values():
+            if any(d < -1 or d > MAX_DIM for d in t.shape) or len(t.shape) > MAX_RANK:
+                raise AoeError(f"aoe graph JSON: tensor {t.name!r} has an invalid shape {list(t.shape)}")
         graph.validate()
         return graph
 
@@ -301,13 +313,23 @@ def _bool(v: Any) -> bool:
     return v
 
 
-def unique_name(base: str, taken: set[str] | dict, suffix: str = "") -> str:
-    """``base + suffix``, or with a counter appended, that is not in ``taken``."""
+def unique_name(base: str, taken: set[str] | dict, suffix: str = "", counters: dict[str, int] | None = None) -> str:
+    """``base + suffix``, or with a counter appended, that is not in ``taken``.
+
+    Pass the same ``counters`` dict on every call to keep naming linear when many names share a base
+    (a hostile file can give a million nodes the same name).
+    """
     name = base + suffix
-    i = 1
+    if name not in taken:
+        return name
+    key = base + suffix
+    i = counters.get(key, 1) if counters is not None else 1
+    name = f"{key}_{i}"
     while name in taken:
-        name = f"{base}{suffix}_{i}"
         i += 1
+        name = f"{key}_{i}"
+    if counters is not None:
+        counters[key] = i + 1
     return name
 
 

@@ -172,6 +172,7 @@ class _Importer:
         self.init_protos: dict[str, Any] = {}
         self.ops: list[Op] = []
         self.op_names: set[str] = set()
+        self.name_counters: dict[str, int] = {}
         self.unsupported: list[dict[str, Any]] = []
         self.warned: set[str] = set()
         self.onnx_inferred: dict[str, tuple[tuple[int, ...], str]] | None = None
@@ -547,7 +548,7 @@ class _Importer:
 
     # ---- emitting operators --------------------------------------------------------------------
     def op_name(self, node: _Node, suffix: str = "") -> str:
-        name = unique_name(node.name, self.op_names, suffix)
+        name = unique_name(node.name, self.op_names, suffix, self.name_counters)
         self.op_names.add(name)
         return name
 

@@ -42,9 +42,10 @@ class _Builder:
         self.op_names: set[str] = {op.name for op in graph.ops}
         self.unsupported = [dict(u) for u in graph.unsupported]
         self.inputs = list(graph.inputs)
+        self.counters: dict[str, int] = {}
 
     def tensor(self, base: str, shape: tuple[int, ...], dtype: str, fmt: str = "ND", kind: str = "activation") -> str:
-        name = unique_name(base, self.tensors)
+        name = unique_name(base, self.tensors, counters=self.counters)
         self.tensors[name] = Tensor(name, tuple(shape), dtype, fmt, kind)
         return name
 
@@ -53,7 +54,7 @@ class _Builder:
         return self.tensor(base, t.shape, t.dtype, t.format, kind)
 
     def emit(self, name: str, op_type: str, inputs: list[str], outputs: list[str], attrs: dict[str, Any] | None = None) -> Op:
-        op = Op(unique_name(name, self.op_names), op_type, inputs, outputs, attrs or {})
+        op = Op(unique_name(name, self.op_names, counters=self.counters), op_type, inputs, outputs, attrs or {})
         self.op_names.add(op.name)
         self.ops.append(op)
         return op
