@@ -52,3 +52,54 @@ def test_single_bit_flips(tmp_path_factory, bit):
         load(path, "input:1,3,224,224").summary()
     except AoeError:
         pass
+
+
+_OPS = sorted(set(onnx_import._HANDLERS) | set(onnx_import._EVAL)) + ["Foo", "If", "TopK", "NonZero", "Resize"]
+_INTS = [0, 1, -1, 2, 3, -7, 2**31, -(2**40), 10**12]
+_ATTRS = ["axis", "axes", "perm", "group", "strides", "pads", "to", "keepdims", "split", "kernel_shape"]
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.data())
+def test_structurally_mutated_models(data):
+    """Change operator types, attributes, dims and wiring of a real model: AoeError or a valid graph."""
+    import onnx
+
+    from aoe.graph.training import derive_training
+
+    model = onnx.ModelProto()
+    model.ParseFromString(SEED)
+    g = model.graph
+    for _ in range(data.draw(st.integers(1, 4))):
+        node = g.node[data.draw(st.integers(0, len(g.node) - 1))]
+        what = data.draw(st.sampled_from(["type", "attr", "dims", "input", "new_attr"]))
+        if what == "type":
+            node.op_type = data.draw(st.sampled_from(_OPS))
+        elif what == "attr" and len(node.attribute):
+            a = node.attribute[data.draw(st.integers(0, len(node.attribute) - 1))]
+            if a.type == onnx.AttributeProto.INT:
+                a.i = data.draw(st.sampled_from(_INTS))
+            elif a.type == onnx.AttributeProto.INTS and len(a.ints):
+                a.ints[data.draw(st.integers(0, len(a.ints) - 1))] = data.draw(st.sampled_from(_INTS))
+        elif what == "dims":
+            init = g.initializer[data.draw(st.integers(0, len(g.initializer) - 1))]
+            if len(init.dims):
+                init.dims[data.draw(st.integers(0, len(init.dims) - 1))] = data.draw(st.sampled_from(_INTS))
+        elif what == "input" and len(node.input):
+            other = g.node[data.draw(st.integers(0, len(g.node) - 1))]
+            node.input[data.draw(st.integers(0, len(node.input) - 1))] = other.output[0]
+        elif what == "new_attr":
+            a = node.attribute.add()
+            a.name = data.draw(st.sampled_from(_ATTRS))
+            a.type = onnx.AttributeProto.INTS
+            a.ints.extend(data.draw(st.lists(st.sampled_from(_INTS), max_size=5)))
+    try:
+        graph = onnx_import.import_onnx_model(model, {"input": (1, 3, 224, 224)}, "float16", {}, "fuzz")
+    except AoeError:
+        return
+    graph.summary()
+    assert Graph.from_json(graph.to_json()) == graph
+    try:
+        derive_training(graph).summary()
+    except AoeError:
+        pass

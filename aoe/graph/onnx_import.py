@@ -449,6 +449,7 @@ class _Importer:
                 f"operator domain {node.domain!r}" if not standard else "operator not supported")
             self._opaque(node, why)
             return
+        _check_arity(node)
         try:
             handler(self, node)
         except _Unsupported as exc:
@@ -462,7 +463,8 @@ class _Importer:
             ins = [self.value(i) if i else None for i in node.inputs]
             if node.op_type in ("Shape", "Size") or all(v is not None for i, v in zip(node.inputs, ins) if i):
                 try:
-                    results = ev(self, node, ins)
+                    with np.errstate(all="ignore"):  # x/0 in a constant is the model's business
+                        results = ev(self, node, ins)
                 except _TooBig:
                     results = None
                 except AoeError:
@@ -499,6 +501,7 @@ class _Importer:
         rule = _SHAPE_RULES.get(node.op_type)
         if rule is None:
             raise _Unsupported("no shape rule")
+        _check_arity(node)
         res = rule(self, node)
         return [(check_shape(s, f"output {o!r} of node {node.name!r}"), d) for (s, d), o in zip(res, node.outputs)]
 
@@ -678,6 +681,21 @@ def _axis(axis: int, rank: int, node: _Node) -> int:
     return axis % rank if rank else 0
 
 
+# inputs that must be present (by position) for the rules of an ONNX operator; default 1
+_ARITY = {**{k: 2 for k in BINARY}, "MatMul": 2, "Gemm": 2, "Conv": 2, "ConvTranspose": 2,
+          "BatchNormalization": 5, "LayerNormalization": 2, "Gather": 2, "GatherElements": 2, "Where": 3,
+          "Expand": 2, "Tile": 2, "Range": 3, "CastLike": 2, "TopK": 2, "Constant": 0}
+
+
+def _check_arity(node: _Node) -> None:
+    need = _ARITY.get(node.op_type, 1)
+    if len(node.inputs) < need or not all(node.inputs[:need]):
+        raise AoeError(f"node {node.name!r} ({node.op_type}) needs {need} input(s), has "
+                       f"{len([i for i in node.inputs if i])}; the model is invalid")
+    if not any(node.outputs):
+        raise AoeError(f"node {node.name!r} ({node.op_type}) has no outputs")
+
+
 class _TooBig(Exception):
     pass
 
@@ -754,6 +772,8 @@ def _conv_geometry(imp: _Importer, node: _Node, x: tuple[int, ...], kernel: list
     """Strides, dilations, begin/end pads and output spatial dims of a Conv/ConvTranspose/Pool node."""
     nd = len(kernel)
     spatial = list(x[2:])
+    if nd < 1 or nd != len(spatial):
+        raise AoeError(f"node {node.name!r} ({node.op_type}): kernel {kernel} does not match input {list(x)}")
     strides = node.attr_ints("strides", [1] * nd)
     dil = node.attr_ints("dilations", [1] * nd)
     pads = node.attr_ints("pads", [0] * (2 * nd))
@@ -963,8 +983,8 @@ def r_reshape(imp: _Importer, node: _Node):
 
 def r_concat(imp: _Importer, node: _Node):
     shapes = [imp.shape[i] for i in node.inputs if i]
-    if not shapes:
-        raise AoeError(f"node {node.name!r} (Concat) has no inputs")
+    if not shapes or not shapes[0]:
+        raise AoeError(f"node {node.name!r} (Concat) needs inputs of rank >= 1")
     rank = len(shapes[0])
     axis = _axis(node.attr_int("axis", 0), rank, node)
     total = 0

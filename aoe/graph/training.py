@@ -99,6 +99,10 @@ def derive_training(graph: Graph) -> Graph:
                 b.unsupported.append({"op": op.name, "onnx_type": op.attrs.get("onnx_type", op.type),
                                       "reason": f"no gradient rule for {op.type}: gradients stop here"})
             continue
+        need_in, need_out = _ARITY.get(op.type, (1, 1))
+        if len(op.inputs) < need_in or len(op.outputs) < need_out:
+            raise AoeError(f"operator {op.name!r} ({op.type}) has {len(op.inputs)} inputs and {len(op.outputs)} "
+                           f"outputs, fewer than its gradient needs; the graph is malformed")
         got = rule(b, op, gys, needs)
         # a list keeps one entry per operand: x+x must contribute the gradient twice
         for inp, g in (got.items() if isinstance(got, dict) else got):
@@ -136,6 +140,8 @@ def _sum(b: _Builder, tensor: str, contribs: list[str]) -> str | None:
 # ---- forward rewrite ---------------------------------------------------------------------------
 def _forward(b: _Builder) -> None:
     for op in b.g.ops:
+        if op.type in ("BNInfer", "LayerNorm") and (len(op.inputs) < (5 if op.type == "BNInfer" else 2) or not op.outputs):
+            raise AoeError(f"operator {op.name!r} ({op.type}) has too few inputs or outputs; the graph is malformed")
         if op.type == "BNInfer":
             x, scale, offset, mean, var = op.inputs
             c = b.shape(scale)
@@ -577,6 +583,12 @@ def g_neg(b: _Builder, op: Op, gys: list, needs: set) -> dict:
     b.emit(f"{op.name}/grad", "Neg", [gys[0]], [dx])
     return {x: dx}
 
+
+# (inputs, outputs) a gradient rule reads; default (1, 1)
+_ARITY = {"MatMulV2": (2, 1), "BatchMatMulV2": (2, 1), "Conv2D": (2, 1), "Conv2DTranspose": (2, 1),
+          "Add": (2, 1), "Sub": (2, 1), "Mul": (2, 1), "RealDiv": (2, 1), "Pow": (2, 1), "Maximum": (2, 1),
+          "Minimum": (2, 1), "PRelu": (2, 1), "LayerNorm": (2, 3), "BNTrainingUpdate": (7, 5),
+          "Gather": (2, 1), "Select": (3, 1)}
 
 _y_dy = lambda op, gy: [op.outputs[0], gy]  # noqa: E731  (CANN's *Grad(y, dy) argument order)
 _dy_x = lambda op, gy: [gy, op.inputs[0]]  # noqa: E731
