@@ -95,6 +95,7 @@ def test_from_json_rejects_bad_structure():
         json.dumps({**good, "tensors": [{**good["tensors"][0], "kind": "weird"}] + good["tensors"][1:]}),
         json.dumps({**good, "batch_size": "4"}),
         "[" * 100000,
+        json.dumps(good).replace('"has_bias": true', '"has_bias": NaN'),
     ]
     for text in bad_cases:
         with pytest.raises(AoeError):

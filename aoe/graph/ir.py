@@ -274,11 +274,16 @@ class Graph:
     def from_json(cls, text: str | bytes) -> "Graph":
         """Parse the JSON form written by ``to_json``; malformed input raises AoeError."""
         try:
-            data = json.loads(text)
+            # NaN/Infinity are not JSON; accepting them would make to_json() fail later
+            data = json.loads(text, parse_constant=_reject_constant)
         except (ValueError, RecursionError) as exc:
             raise AoeError(f"the graph file is not valid JSON ({exc}); pass an .onnx model or a file "
                            "written by `aoe graph MODEL --json`") from None
         return cls.from_dict(data)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def _list(d: Any, key: str) -> list:
