@@ -29,7 +29,7 @@ def _chain(soc: str, core_num: int | None, bank_dir: str | os.PathLike[str] | No
         rel = (tune or cache) and not os.path.isabs(tune or cache)
         ck: tuple[Any, ...] = (soc, core_num, tune, cache, env.get("HOME", ""), os.getcwd() if rel else "")
     else:
-        ck = (soc, core_num, os.fspath(bank_dir))
+        ck = (soc, core_num, bank_dir)  # a Path caches its hash: no per-call str conversion
     chain = _CHAINS.get(ck)
     if chain is None:
         root = Path(bank_dir) if bank_dir is not None else resolve_op_bank_dir(soc, env, check=False)

@@ -7,8 +7,9 @@ File: `<op bank dir>/unified_bank/<soc>_<core_num>_AiCore_<OpType>_runtime_kb.js
   key bytes to be equal, so a hash collision is never a hit.
 - The optional `"aoe"` object is aoe's own: `perf_us` (time of this strategy, µs), `default_perf_us`
   (the default heuristic's), anything else kept verbatim. Its presence also says the `id` was computed
-  by aoe, so loading trusts it; records without it (CANN's own files) get their id recomputed from
-  `info_dict` for indexing, and are written back unchanged. Their performance is unknown.
+  by aoe, so it is used as stored; records without it (CANN's own files, whose id comes from CANN's
+  hash) are indexed under aoe's hash of their key, and are written back unchanged. Their
+  performance is unknown.
 - Replacing a case keeps the better strategy: a new record wins iff its `perf_us` is known and the
   existing one's is unknown or larger. Same rule for tuning writes and for `aoe bank import`.
 - When a file has several records with the same key, the last one counts.
@@ -21,7 +22,7 @@ import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from ..errors import AoeError
 from . import jsonl
@@ -34,25 +35,47 @@ RECORD_VERSION = 1
 _CONTAINERS = (dict, list)
 
 
-def default_hash(data: bytes) -> int:
-    """The uint32 id of a packed key (CRC-32, as computed by zlib)."""
-    return zlib.crc32(data)
+# The uint32 id of a packed key: CRC-32 as computed by zlib (the builtin itself: no Python frame
+# on the lookup hot path).
+default_hash: HashFn = zlib.crc32
 
 
-class Entry(NamedTuple):
+class Entry:
     """One stored case: key, strategy and (if known) the performance it achieved.
 
-    A NamedTuple because entries are built on the lookup hot path. `info_dict`, `knowledge` and `aoe`
-    are shared with the bank's cache: treat them as read-only (`knowledge_copy` gives your own).
+    A thin view of the stored record, built on the lookup hot path. `info_dict`, `knowledge` and
+    `aoe` are the bank cache's own objects: treat them as read-only (`knowledge_copy` gives yours).
     """
 
-    op: str
-    id: int
-    version: int
-    info_dict: dict[str, Any]
-    knowledge: dict[str, Any]
-    source: str  # "custom" | "builtin"
-    aoe: dict[str, Any]  # aoe's own fields ({} for CANN records)
+    __slots__ = ("op", "source", "_rec")
+
+    def __init__(self, op: str, source: str, rec: dict[str, Any]) -> None:
+        self.op, self.source, self._rec = op, source, rec  # source: "custom" | "builtin"
+
+    @property
+    def id(self) -> int:
+        """The record's uint32 id."""
+        return self._rec["id"]
+
+    @property
+    def version(self) -> int:
+        """The record's version field."""
+        return self._rec.get("version", RECORD_VERSION)
+
+    @property
+    def info_dict(self) -> dict[str, Any]:
+        """The key."""
+        return self._rec["info_dict"]
+
+    @property
+    def knowledge(self) -> dict[str, Any]:
+        """The strategy."""
+        return self._rec["knowledge"]
+
+    @property
+    def aoe(self) -> dict[str, Any]:
+        """aoe's own fields ({} for CANN's records)."""
+        return self._rec.get("aoe") or {}
 
     @property
     def perf_us(self) -> float | None:
@@ -65,16 +88,15 @@ class Entry(NamedTuple):
         return _perf(self.aoe.get("default_perf_us"))
 
     def record(self) -> dict[str, Any]:
-        """The JSON record of this entry."""
-        rec = {"id": self.id, "op": self.op, "version": self.version,
-               "info_dict": self.info_dict, "knowledge": self.knowledge}
-        if self.aoe:
-            rec["aoe"] = self.aoe
-        return rec
+        """A copy of the JSON record of this entry."""
+        return copy.deepcopy(self._rec)
 
-    def packed(self) -> bytes:
-        """The packed key (what `id` hashes)."""
-        return schema_for(self.op).pack(self.op, self.info_dict)
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Entry) and (self.op, self.source, self._rec) ==
+                (other.op, other.source, other._rec))
+
+    def __repr__(self) -> str:
+        return f"Entry(op={self.op!r}, source={self.source!r}, record={self._rec!r})"
 
 
 @dataclass(frozen=True)
@@ -137,96 +159,47 @@ def _check_record(op_type: str) -> Callable[[Any], str | None]:
 
 
 class OpFile:
-    """The index of one bank file: id -> line, with lazily materialised entries."""
+    """The index of one bank file: (id, packed key) -> line, with lazily built entries.
+
+    Indexing by the pair makes the hit rule literal: a lookup hits only a record whose id AND whole
+    packed key equal the query's, so a hash collision is never a hit and same-key duplicates resolve
+    to the last line. Records carrying "aoe" are indexed under their stored id (a wrong one can only
+    cause a miss, which `verify` reports); CANN's records under aoe's hash of their key.
+    """
 
     def __init__(self, lines: jsonl.Lines, op_type: str, schema: OpSchema, hash_fn: HashFn,
                  source: str) -> None:
         self.lines, self.op_type, self.schema, self.hash_fn, self.source = (
             lines, op_type, schema, hash_fn, source)
-        self.index: dict[int, int] = {}  # id -> latest line index with that id
-        self.more: dict[int, list[int]] = {}  # id -> all its line indices, latest first (rare)
-        self._entries: dict[int, Entry | None] = {}
+        self.index: dict[tuple[int, bytes], int] = {}
         self._kfields = frozenset(schema.knowledge_fields)
-        self._packed: dict[int, bytes] = {}
-        self.fixed = schema.family != "vector"
         self.unfit: list[tuple[int, str]] = []  # valid JSON records whose key/knowledge is off-schema
-        for i, rec in enumerate(lines.recs):
-            if rec is not None:
-                self._register(i, rec)
+        with jsonl.gc_paused():
+            for i, rec in enumerate(lines.recs):
+                if rec is not None:
+                    self._register(i, rec)
         if self.unfit:
             jsonl.warn_problems(lines.path, self.unfit)
 
     def _register(self, i: int, rec: dict[str, Any]) -> None:
-        if "aoe" in rec:
-            h = rec["id"]  # written by aoe: the id is ours (a wrong one can only cause a miss)
-        else:
-            try:
-                h = self.hash_fn(self.schema.pack(self.op_type, rec["info_dict"]))
-            except BankKeyError as exc:
-                self.unfit.append((self.lines.linenos[i], f"key does not fit the schema: {exc}"))
-                return
-        prev = self.index.get(h)
-        if prev is None or prev == i:
-            self.index[h] = i
-        else:  # an id shared by several lines: keep them all, latest first
-            self.more[h] = sorted(set(self.more.get(h, [prev])) | {i}, reverse=True)
-            self.index[h] = self.more[h][0]
-
-    def entry(self, i: int) -> Entry | None:
-        """The entry of line `i` (None if its key or knowledge is off-schema)."""
         try:
-            return self._entries[i]
-        except KeyError:
-            pass
-        rec = self.lines.recs[i]
-        e: Entry | None = None
-        know = rec["knowledge"]
-        try:
-            # the key was checked by whoever found this line (same_key / packed); the knowledge:
-            # presence only on this hot path, field types are checked on write and by `verify`
-            if not self._kfields <= know.keys():
-                self.schema.check_knowledge(self.op_type, know)
+            packed = self.schema.pack(self.op_type, rec["info_dict"])
+            # presence only (cheap at load); field types are checked on write and by `verify`
+            if not self._kfields <= rec["knowledge"].keys():
+                self.schema.check_knowledge(self.op_type, rec["knowledge"])
         except BankKeyError as exc:
-            self._unfit(i, exc)
-        else:
-            e = Entry(self.op_type, rec["id"], rec.get("version", RECORD_VERSION), rec["info_dict"],
-                      know, self.source, rec.get("aoe") or {})
-        self._entries[i] = e
-        return e
+            self.unfit.append((self.lines.linenos[i], f"does not fit the schema: {exc}"))
+            return
+        h = rec["id"] if "aoe" in rec else self.hash_fn(packed)
+        self.index[(h, packed)] = i
 
-    def _unfit(self, i: int, exc: Exception) -> None:
-        lineno = self.lines.linenos[i]
-        if not any(n == lineno for n, _ in self.unfit):
-            self.unfit.append((lineno, str(exc)))
-            jsonl.warn_problems(self.lines.path, [(lineno, str(exc))])
+    def entry(self, i: int) -> Entry:
+        """The entry of (indexed) line `i`."""
+        return Entry(self.op_type, self.source, self.lines.recs[i])
 
-    def packed(self, i: int) -> bytes:
-        """The packed key of line `i` (raises BankKeyError when off-schema)."""
-        p = self._packed.get(i)
-        if p is None:
-            p = self._packed[i] = self.schema.pack(self.op_type, self.lines.recs[i]["info_dict"])
-        return p
-
-    def same_key(self, i: int, key: Mapping[str, Any], packed: bytes) -> bool:
-        """True if line `i` holds exactly this key (`key` canonical, `packed` its packing)."""
-        if self.fixed:
-            # fixed schemas: dict equality is packed-bytes equality (bools are 0/1 in both) and
-            # avoids packing the stored key on the lookup hot path
-            return self.lines.recs[i]["info_dict"] == key
-        try:
-            return self.packed(i) == packed
-        except BankKeyError:
-            return False
-
-    def find(self, key: Mapping[str, Any], packed: bytes, h: int) -> int | None:
-        """Line index of the usable case with this key and id, or None."""
-        i = self.index.get(h)
-        if i is None:
-            return None
-        for j in self.more.get(h, (i,)):
-            if self.same_key(j, key, packed) and self.entry(j) is not None:
-                return j
-        return None
+    def find(self, packed: bytes, h: int) -> int | None:
+        """Line index of the case with this packed key and id, or None."""
+        return self.index.get((h, packed))
 
     def set_line(self, i: int | None, rec: dict[str, Any]) -> None:
         """Replace line `i` (or append when None) by `rec`, keeping the index current."""
@@ -235,26 +208,12 @@ class OpFile:
             i = self.lines.add(raw, rec)
         else:
             self.lines.raw[i], self.lines.recs[i] = raw, rec
-        self._entries.pop(i, None)
-        self._packed.pop(i, None)
         self._register(i, rec)
 
     def entries(self) -> Iterator[Entry]:
-        """Every usable entry (for same-key duplicates only the last), in order of last occurrence."""
-        latest: dict[bytes, Entry] = {}
-        for i, rec in enumerate(self.lines.recs):
-            if rec is None:
-                continue
-            try:
-                p = self.packed(i)
-            except BankKeyError as exc:
-                self._unfit(i, exc)
-                continue
-            e = self.entry(i)
-            if e is not None:
-                latest.pop(p, None)
-                latest[p] = e
-        yield from latest.values()
+        """Every usable entry (for same-key duplicates only the last), in file order."""
+        for i in sorted(set(self.index.values())):
+            yield self.entry(i)
 
 
 _FILE_RE = re.compile(r"(?P<soc>[A-Za-z][A-Za-z0-9_]*)_(?P<core>[0-9]+)_AiCore_(?P<op>[A-Za-z][A-Za-z0-9_]*)_runtime_kb\.json")
@@ -300,17 +259,17 @@ class OpBank:
             if not self.revalidate:
                 return hit[2]
             path = hit[0]
+            try:
+                st = os.stat(path)
+                if hit[1] == (st.st_mtime_ns, st.st_size, st.st_ino):
+                    return hit[2]
+            except FileNotFoundError:
+                if hit[1] is None:
+                    return hit[2]
+            except OSError as exc:
+                raise AoeError(f"cannot access bank file {path}: {exc.strerror}") from None
         else:
             path = str(self.path_for(op_type))
-        try:
-            st = os.stat(path)
-            sig: jsonl.Signature | None = (st.st_mtime_ns, st.st_size, st.st_ino)
-        except FileNotFoundError:
-            sig = None
-        except OSError as exc:
-            raise AoeError(f"cannot access bank file {path}: {exc.strerror}") from None
-        if hit is not None and hit[1] == sig:
-            return hit[2]
         f = self._load(op_type, Path(path))
         self._cache[op_type] = (path, f.lines.sig, f)
         return f
@@ -322,19 +281,9 @@ class OpBank:
         try:
             packed = schema.pack(op_type, key)
         except BankKeyError:  # friendly input (names, defaults): canonicalise, then pack
-            key = schema.canonical_key(op_type, key)
-            packed = schema.pack(op_type, key)
-        h = self.hash_fn(packed)
-        i = f.index.get(h)
-        if i is None:
-            return None
-        if f.fixed and h not in f.more:  # the common case, inlined: one line has this id
-            if f.lines.recs[i]["info_dict"] != key:
-                return None
-            e = f._entries.get(i)
-            return e if e is not None else f.entry(i)
-        j = f.find(key, packed, h)  # shared id (collision or duplicates), or a vector key
-        return None if j is None else f.entry(j)
+            packed = schema.pack(op_type, schema.canonical_key(op_type, key))
+        i = f.index.get((self.hash_fn(packed), packed))
+        return None if i is None else Entry(op_type, f.source, f.lines.recs[i])
 
     def put(self, op_type: str, key: Mapping[str, Any], knowledge: Mapping[str, Any],
             perf_us: float, default_perf_us: float | None = None,
@@ -369,9 +318,8 @@ class OpBank:
                     it = items[n]
                     packed = schema.pack(op_type, it.info_dict)
                     h = self.hash_fn(packed)
-                    i = f.find(it.info_dict, packed, h)
-                    old = f.entry(i) if i is not None else None
-                    if i is not None and old is not None and not better(it.perf_us, old.perf_us):
+                    i = f.find(packed, h)
+                    if i is not None and not better(it.perf_us, f.entry(i).perf_us):
                         outcomes[n] = "kept"
                         continue
                     f.set_line(i, {"id": h, "op": op_type, "version": RECORD_VERSION,
