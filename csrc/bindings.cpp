@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "cube.h"
 #include "sim.h"
 
 namespace py = pybind11;
@@ -35,6 +36,28 @@ Checked check_args(int kind, const I64Array& op, const I64Array& strategies) {
                                     " columns (one row per strategy)");
     return {kind, op.data(), strategies.data(), strategies.shape(0), nf};
 }
+
+// Evaluates many strategies of one operator; per-operator work (matmul constants) is done once.
+class BatchEvaluator {
+  public:
+    BatchEvaluator(const SoC& soc, const Checked& c) : soc_(soc), c_(c) {
+        if (c.kind == K_MATMUL) {
+            prob_ = matmul_problem(c.op);
+            prep_ = prepare_cube(soc, prob_);
+        }
+    }
+    Result operator()(int64_t i) const {
+        const int64_t* st = c_.st + i * c_.nf;
+        if (c_.kind == K_MATMUL) return cube_eval(soc_, prob_, prep_, st);
+        return evaluate(soc_, c_.kind, c_.op, st);
+    }
+
+  private:
+    const SoC& soc_;
+    const Checked& c_;
+    CubeProblem prob_;
+    CubePrep prep_;
+};
 
 // Run body(i) for i in [0, n) on up to `threads` threads; small batches stay on the caller's thread.
 template <class F>
@@ -65,8 +88,9 @@ py::tuple simulate_times(const SoC& soc, int kind, const I64Array& op, const I64
     int32_t* rp = reasons.mutable_data();
     {
         py::gil_scoped_release nogil;
+        const BatchEvaluator ev(soc, c);
         parallel_for(c.n, threads, [&](int64_t i) {
-            Result r = evaluate(soc, c.kind, c.op, c.st + i * c.nf);
+            const Result r = ev(i);
             tp[i] = r.time_us;
             rp[i] = r.reason;
         });
@@ -85,8 +109,9 @@ py::dict simulate_batch(const SoC& soc, int kind, const I64Array& op, const I64A
     int32_t *rp = reasons.mutable_data(), *bdp = bound.mutable_data();
     {
         py::gil_scoped_release nogil;
+        const BatchEvaluator ev(soc, c);
         parallel_for(c.n, threads, [&](int64_t i) {
-            Result r = evaluate(soc, c.kind, c.op, c.st + i * c.nf);
+            const Result r = ev(i);
             tp[i] = r.time_us;
             rp[i] = r.reason;
             hp[i] = r.hbm_bytes;

@@ -109,7 +109,7 @@ Result eval_conv(const SoC& s, const int64_t* op, const int64_t* st) {
         p.K = kal;
         // L1 patch for hoL1 x woL1 output pixels (dx: rows of the zero-inserted dy, of which 1/stride are real)
         double rows = double((hoL1 - 1) * step_h + ekh), cols = double((woL1 - 1) * step_w + ekw);
-        if (dir == 1) { rows = std::ceil(rows / double(sh)); cols = std::ceil(cols / double(sw)); }
+        if (dir == 1) { rows = ceil_pos(rows / double(sh)); cols = ceil_pos(cols / double(sw)); }
         rows = std::min(rows, double(in_h));
         cols = std::min(cols, double(in_w));
         const double ch_l1 = double(kAL1 / khw);

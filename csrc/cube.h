@@ -40,8 +40,19 @@ struct CubeProblem {
     double flops = 0;                       // useful FLOPs
 };
 
+// What depends only on (SoC, problem): computed once per batch, not per strategy.
+struct CubePrep {
+    int64_t batch = 1, k0 = 16, k0_log2 = 4, Mal = 16, Nal = 16, Kal = 16;
+    double gmM = 0, gmK = 0, gmN = 0, A_b = 0, B_b = 0, A_tot = 0, B_tot = 0, C_tot = 0, bias_tot = 0;
+    double l2u = 0, hbm_bpc = 1, l2_bpc = 1, inv_cpu = 1, inv_l0a = 1, inv_l0b = 1, inv_nd2nz = 1;
+};
+CubePrep prepare_cube(const SoC& s, const CubeProblem& p);
+
 // Evaluate a matmul-layout strategy (the 23 MatMulV3TunnerTiling fields) on a Cube problem.
+Result cube_eval(const SoC& s, const CubeProblem& p, const CubePrep& prep, const int64_t* st);
 Result cube_eval(const SoC& s, const CubeProblem& p, const int64_t* st);
+// The matmul operator vector as a Cube problem.
+CubeProblem matmul_problem(const int64_t* op);
 
 // Combine the pipes of one task: double-buffered stages overlap, single-buffered ones serialise,
 // and the first chunk / last output block cannot overlap anything (fill and drain).

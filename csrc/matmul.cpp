@@ -20,7 +20,7 @@ enum MmOp { M_M, M_N, M_K, M_BATCH_A, M_BATCH_B, M_DTYPE, M_OUT_DTYPE, M_A_FMT, 
 
 }  // namespace
 
-Result eval_matmul(const SoC& s, const int64_t* op, const int64_t* st) {
+CubeProblem matmul_problem(const int64_t* op) {
     CubeProblem p;
     p.M = op[M_M];
     p.N = op[M_N];
@@ -36,16 +36,51 @@ Result eval_matmul(const SoC& s, const int64_t* op, const int64_t* st) {
     p.tb = op[M_TRANS_B] != 0;
     p.bias = op[M_BIAS] != 0;
     p.flops = 2.0 * double(p.M) * double(p.N) * double(p.K) * double(std::max(p.batch_a, p.batch_b));
-    return cube_eval(s, p, st);
+    return p;
+}
+
+Result eval_matmul(const SoC& s, const int64_t* op, const int64_t* st) {
+    return cube_eval(s, matmul_problem(op), st);
+}
+
+CubePrep prepare_cube(const SoC& s, const CubeProblem& p) {
+    CubePrep c;
+    c.batch = std::max(p.batch_a, p.batch_b);
+    c.k0 = 32 / p.ea;  // fractal K: 16 fp16, 32 int8, 8 fp32
+    c.k0_log2 = c.k0 == 32 ? 5 : c.k0 == 16 ? 4 : 3;
+    c.Mal = align_pow2(p.M, 16);
+    c.Nal = align_pow2(p.N, 16);
+    c.Kal = align_pow2(p.K, c.k0);
+    c.gmM = p.a_nz ? double(c.Mal) : double(p.M);
+    c.gmK = (p.a_nz || p.b_nz) ? double(c.Kal) : double(p.K);
+    c.gmN = p.b_nz ? double(c.Nal) : double(p.N);
+    // bytes of one batch of A / B in GM (conv: the feature map, smaller than its img2col matrix)
+    c.A_b = c.gmM * (p.a_nz ? c.gmK : double(p.K)) * p.ea * p.a_gm_scale;
+    c.B_b = (p.b_nz ? c.gmK : double(p.K)) * c.gmN * p.ea * p.b_gm_scale;
+    c.A_tot = c.A_b * double(p.batch_a);
+    c.B_tot = c.B_b * double(p.batch_b);
+    c.C_tot = double(c.batch) * double(p.c_nz ? c.Mal : p.M) * double(p.c_nz ? c.Nal : p.N) * p.eo;
+    c.bias_tot = p.bias ? double(p.N) * 4.0 : 0.0;
+    c.l2u = s.l2_usable * double(s.l2);
+    c.hbm_bpc = hbm_bytes_per_cycle(s, s.freq_mhz);
+    c.l2_bpc = s.l2_gbps > 0 ? s.l2_gbps * 1000.0 / s.freq_mhz : s.l2_rate * s.cube_cores;
+    c.inv_cpu = 1.0 / s.cycles_per_us();
+    c.inv_l0a = 1.0 / (s.l1_to_l0a_rate * p.a_mte1_eff);
+    c.inv_l0b = 1.0 / (s.l1_to_l0b_rate * p.b_mte1_eff);
+    c.inv_nd2nz = 1.0 / s.nd2nz_efficiency;
+    return c;
 }
 
 Result cube_eval(const SoC& s, const CubeProblem& p, const int64_t* st) {
-    for (int i = 0; i < S_NST; ++i)
-        if (st[i] < 0) return invalid(RS_BAD_VALUE);
+    return cube_eval(s, p, prepare_cube(s, p), st);
+}
+
+Result cube_eval(const SoC& s, const CubeProblem& p, const CubePrep& c, const int64_t* st) {
+    int64_t any = 0;  // one sign test for all fields (vectorises) instead of 23 branches
+    for (int i = 0; i < S_NST; ++i) any |= st[i];
+    if (any < 0) return invalid(RS_BAD_VALUE);
     const int64_t M = p.M, N = p.N, K = p.K;
-    const int64_t batch = std::max(p.batch_a, p.batch_b);
-    const int64_t ea = p.ea, eo = p.eo;
-    const int64_t k0 = 32 / ea;  // fractal K: 16 fp16, 32 int8, 8 fp32
+    const int64_t batch = c.batch, ea = p.ea, eo = p.eo, k0 = c.k0;
     const bool a_nz = p.a_nz, b_nz = p.b_nz, c_nz = p.c_nz, ta = p.ta, tb = p.tb, bias = p.bias;
 
     const int64_t uc = st[S_USED_CORE], sM = st[S_SM], sN = st[S_SN], sK = st[S_SK];
@@ -62,15 +97,14 @@ Result cube_eval(const SoC& s, const CubeProblem& p, const int64_t* st) {
         l2en > 1 || l2ord > 1)
         return invalid(RS_BAD_VALUE);
     if (uc > s.cube_cores) return invalid(RS_CORES);
-    if (bM % 16 || bN % 16 || bK % k0) return invalid(RS_MISALIGNED);
-    const int64_t Mal = align_up(M, 16), Nal = align_up(N, 16), Kal = align_up(K, k0);
-    if (sM > Mal || sN > Nal || sK > Kal) return invalid(RS_EXCEEDS_SHAPE);
+    if ((bM & 15) || (bN & 15) || (bK & (k0 - 1))) return invalid(RS_MISALIGNED);
+    if (sM > c.Mal || sN > c.Nal || sK > c.Kal) return invalid(RS_EXCEEDS_SHAPE);
     const int64_t tM = std::min(sM, M), tN = std::min(sN, N), tK = std::min(sK, K);  // full task
-    const int64_t aM = align_up(tM, 16), aN = align_up(tN, 16), aK = align_up(tK, k0);
+    const int64_t aM = align_pow2(tM, 16), aN = align_pow2(tN, 16), aK = align_pow2(tK, k0);
     if (bM > aM || bN > aN || bK > aK) return invalid(RS_EXCEEDS_SHAPE);
     const int64_t mIter = ceil_div(tM, bM), nIter = ceil_div(tN, bN), kIter = ceil_div(tK, bK);
     if (stM > mIter || stN > nIter || sKa > kIter || sKb > kIter) return invalid(RS_EXCEEDS_SHAPE);
-    if (sKa % sKb && sKb % sKa) return invalid(RS_INCONSISTENT);
+    if (sKa != sKb && sKa % sKb && sKb % sKa) return invalid(RS_INCONSISTENT);
     const bool dbl1a = dA == 2 * stM * sKa, dbl1b = dB == 2 * stN * sKb;
     if (!dbl1a && dA != stM * sKa) return invalid(RS_INCONSISTENT);
     if (!dbl1b && dB != stN * sKb) return invalid(RS_INCONSISTENT);
@@ -91,17 +125,8 @@ Result cube_eval(const SoC& s, const CubeProblem& p, const int64_t* st) {
     }
 
     Result r;
-    const double cpu = s.cycles_per_us();
     // --- chip-level traffic: compulsory bytes, re-reads, and where re-reads are served ---
-    const double gmM = a_nz ? double(Mal) : double(M), gmK = (a_nz || b_nz) ? double(Kal) : double(K);
-    const double gmN = b_nz ? double(Nal) : double(N);
-    // bytes of one batch of A / B in GM (conv: the feature map, smaller than its img2col matrix)
-    const double A_b = gmM * (a_nz ? gmK : double(K)) * ea * p.a_gm_scale;
-    const double B_b = (b_nz ? gmK : double(K)) * gmN * ea * p.b_gm_scale;
-    const double A_tot = A_b * double(p.batch_a), B_tot = B_b * double(p.batch_b);
     const double out_e = kB > 1 ? 4.0 : double(eo);  // split-K accumulates fp32 partials atomically
-    const double C_tot = double(batch) * double(c_nz ? Mal : M) * double(c_nz ? Nal : N) * eo;
-    const double bias_tot = bias ? double(N) * 4.0 : 0.0;
 
     // Reuse inside a task: an operand whose whole K panel fits its L1 buffer is re-loaded only when
     // the outer loop comes back to it; otherwise every base block streams its K panel again.
@@ -118,35 +143,33 @@ Result cube_eval(const SoC& s, const CubeProblem& p, const int64_t* st) {
     const double a_task = double(a_nz ? aM : tM) * double(a_nz ? aK : tK) * ea * a_mult * p.a_gm_scale;
     const double b_task = double(b_nz ? aN : tN) * double(b_nz ? aK : tK) * ea * b_mult * p.b_gm_scale;
     // Whole-chip reads: every (M block, K block) panel of A is read by all nB column blocks.
-    const double R_A = A_b * double(batch) * double(nB) * a_mult;
-    const double R_B = B_b * double(batch) * double(mB) * b_mult;
-    const double R = R_A + R_B;
-    const double comp = A_tot + B_tot;
-    const double l2u = s.l2_usable * double(s.l2);
+    const double R = c.A_b * double(batch) * double(nB) * a_mult + c.B_b * double(batch) * double(mB) * b_mult;
+    const double comp = c.A_tot + c.B_tot;
     const double conc_batches = std::min<double>(double(batch), std::max(1.0, double(uc) / double(per_batch)));
-    const double W = (A_b + B_b) * conc_batches;
-    double hbm_rd, miss;
-    if (l2en && W > l2u) {
+    const double W = (c.A_b + c.B_b) * conc_batches;
+    const bool l2_tiled = l2en && W > c.l2u;
+    double hbm_rd;
+    if (l2_tiled) {
         // L2 tiling: the re-read working set is one L2 tile; the operand that is not kept is
         // fetched from HBM once per L2 tile of the other dimension.
-        const double tileA = std::min(double(l2Mb * sM), gmM) * gmK * ea;
-        const double tileB = std::min(double(l2Nb * sN), gmN) * gmK * ea;
+        const double tileA = std::min(double(l2Mb * sM), c.gmM) * c.gmK * ea;
+        const double tileB = std::min(double(l2Nb * sN), c.gmN) * c.gmK * ea;
         const double Wt = (tileA + tileB) * conc_batches;
-        miss = Wt <= l2u ? 0.0 : 1.0 - l2u / Wt;
-        const double comp_t = l2ord == 0 ? A_tot * double(l2Nc) + B_tot : A_tot + B_tot * double(l2Mc);
+        const double miss = Wt <= c.l2u ? 0.0 : 1.0 - c.l2u / Wt;
+        const double comp_t = l2ord == 0 ? c.A_tot * double(l2Nc) + c.B_tot : c.A_tot + c.B_tot * double(l2Mc);
         hbm_rd = std::min(R, comp_t + miss * std::max(0.0, R - comp_t));
     } else {
-        miss = W <= l2u ? 0.0 : 1.0 - l2u / W;
+        const double miss = W <= c.l2u ? 0.0 : 1.0 - c.l2u / W;
         hbm_rd = comp + miss * std::max(0.0, R - comp);
     }
     const double fh = R > 0 ? hbm_rd / R : 1.0;
 
-    // --- per-core rates: HBM is shared by the active cores, L2 too ---
+    // --- per-core rates: HBM is shared by the active cores, L2 too (kept as cycles per byte) ---
     const double active = double(std::min<int64_t>(uc, tasks));
-    const double hbm_bpc = hbm_bytes_per_cycle(s, s.freq_mhz);  // whole chip
-    const double l2_bpc = s.l2_gbps > 0 ? s.l2_gbps * 1000.0 / s.freq_mhz : s.l2_rate * s.cube_cores;
-    const double sh_h = std::min(s.ddr_rate, hbm_bpc / active);
-    const double sh_l2 = std::min(s.l2_rate, l2_bpc / active);
+    const double cpb_hbm_share = active / c.hbm_bpc;
+    const double cpb_h = std::max(1.0 / s.ddr_rate, cpb_hbm_share);
+    const double cpb_l2 = std::max(1.0 / s.l2_rate, active / c.l2_bpc);
+    const double cpb_rd = fh * cpb_h + (1 - fh) * cpb_l2;
 
     // DMA burst lengths: NZ chunks are long runs, ND rows are short strided bursts through ND2NZ.
     const double rowsA = double(std::min(stM * bM, tM)), kA = double(std::min(sKa * bK, tK));
@@ -158,28 +181,29 @@ Result cube_eval(const SoC& s, const CubeProblem& p, const int64_t* st) {
     if (b_nz) runB = kBl >= K ? colsB * kBl * ea : kBl * 32.0;
     else if (!tb) runB = colsB >= N ? kBl * double(N) * ea : colsB * ea;
     else runB = kBl >= K ? colsB * double(K) * ea : kBl * ea;
-    const double effA = dma_eff(s, runA) * (a_nz ? 1.0 : s.nd2nz_efficiency);
-    const double effB = dma_eff(s, runB) * (b_nz ? 1.0 : s.nd2nz_efficiency);
+    // 1 / efficiency = (run + overhead) / run, and the ND2NZ mode on top for ND operands
+    const double inv_effA = (runA + s.dma_overhead_bytes) / runA * (a_nz ? 1.0 : c.inv_nd2nz);
+    const double inv_effB = (runB + s.dma_overhead_bytes) / runB * (b_nz ? 1.0 : c.inv_nd2nz);
 
     CubeTask t;
-    t.mte2_a = (a_task * fh / sh_h + a_task * (1 - fh) / sh_l2) / effA;
-    t.mte2_b = (b_task * fh / sh_h + b_task * (1 - fh) / sh_l2) / effB + (bias ? tN * 4.0 / sh_h : 0.0);
+    t.mte2_a = a_task * cpb_rd * inv_effA;
+    t.mte2_b = b_task * cpb_rd * inv_effB + (bias ? tN * 4.0 * cpb_h : 0.0);
     // L0 reuse: with a single K step the A block stays in L0A across the N-inner loop (and B in
     // L0B across the M-inner loop).
     const double l0a = double(aM) * aK * ea * ((kIter == 1 && ord == 1) ? 1.0 : double(nIter));
     const double l0b = double(aN) * aK * ea * ((kIter == 1 && ord == 0) ? 1.0 : double(mIter));
-    t.mte1_a = l0a / (s.l1_to_l0a_rate * p.a_mte1_eff);
-    t.mte1_b = l0b / (s.l1_to_l0b_rate * p.b_mte1_eff);
+    t.mte1_a = l0a * c.inv_l0a;
+    t.mte1_b = l0b * c.inv_l0b;
     const double n_blocks = double(mIter * nIter * kIter);
-    t.cube = double(aM / 16) * double(aN / 16) * double(aK / k0) * p.cube_scale + s.mmad_overhead_cycles * n_blocks;
+    t.cube = double(aM >> 4) * double(aN >> 4) * double(aK >> c.k0_log2) * p.cube_scale + s.mmad_overhead_cycles * n_blocks;
     const double out_task = double(tM) * double(tN) * out_e;
     const double runC = c_nz ? double(std::min(bM, aM)) * 32.0 : double(std::min(bN, tN)) * out_e;
-    t.fix = out_task / std::min(s.fixpipe_rate, sh_h) / dma_eff(s, runC);
+    t.fix = out_task * std::max(1.0 / s.fixpipe_rate, cpb_h) * (runC + s.dma_overhead_bytes) / runC;
     const double chunks = a_mult * double(mT) * double(ceil_div(kIter, sKa)) +
                           b_mult * double(nT) * double(ceil_div(kIter, sKb));
     t.scalar = s.scalar_task_cycles + s.scalar_chunk_cycles * chunks + s.scalar_iter_cycles * n_blocks;
     const double hbm_task = (a_task + b_task) * fh + out_task;
-    t.hbm_floor = hbm_task / (hbm_bpc / active);
+    t.hbm_floor = hbm_task * cpb_hbm_share;
     t.db_l1a = dbl1a; t.db_l1b = dbl1b; t.db_l0a = dbA; t.db_l0b = dbB; t.db_l0c = dbC;
     t.n_chunks = std::max(1.0, chunks);
     t.n_blocks = n_blocks;
@@ -188,19 +212,20 @@ Result cube_eval(const SoC& s, const CubeProblem& p, const int64_t* st) {
     const double task_cycles = cube_task_cycles(t, &fill);
 
     double waves;
-    if (l2en && W > l2u) waves = double(l2Mc * l2Nc) * double(ceil_div(batch * l2Mb * l2Nb * kB, uc));
+    if (l2_tiled) waves = double(l2Mc * l2Nc) * double(ceil_div(batch * l2Mb * l2Nb * kB, uc));
     else waves = double(ceil_div(tasks, uc));
 
-    r.busy_us[P_MTE2] = waves * (t.mte2_a + t.mte2_b) / cpu;
-    r.busy_us[P_MTE1] = waves * (t.mte1_a + t.mte1_b) / cpu;
-    r.busy_us[P_CUBE] = waves * t.cube / cpu;
-    r.busy_us[P_FIXPIPE] = waves * t.fix / cpu;
-    r.busy_us[P_SCALAR] = waves * t.scalar / cpu;
-    r.busy_us[P_OVERHEAD] = s.launch_us + waves * fill / cpu;
-    r.hbm_bytes = hbm_rd + C_tot * (kB > 1 ? double(kB) * 4.0 / double(eo) : 1.0) + bias_tot;
+    const double wu = waves * c.inv_cpu;
+    r.busy_us[P_MTE2] = wu * (t.mte2_a + t.mte2_b);
+    r.busy_us[P_MTE1] = wu * (t.mte1_a + t.mte1_b);
+    r.busy_us[P_CUBE] = wu * t.cube;
+    r.busy_us[P_FIXPIPE] = wu * t.fix;
+    r.busy_us[P_SCALAR] = wu * t.scalar;
+    r.busy_us[P_OVERHEAD] = s.launch_us + wu * fill;
+    r.hbm_bytes = hbm_rd + c.C_tot * (kB > 1 ? double(kB) * 4.0 / double(eo) : 1.0) + c.bias_tot;
     r.l2_bytes = R - hbm_rd;
     r.flops = p.flops;
-    r.bytes = comp + C_tot + bias_tot;
+    r.bytes = comp + c.C_tot + c.bias_tot;
     finish(s, r, waves * task_cycles, 0.0, 1);
     return r;
 }

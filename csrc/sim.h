@@ -5,6 +5,7 @@
 // hot loop never touches Python objects.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -115,8 +116,16 @@ inline Result invalid(int reason) {
     r.time_us = std::numeric_limits<double>::infinity();
     return r;
 }
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// Ceiling of a non-negative double without a libm call (baseline x86-64 has no roundsd).
+inline double ceil_pos(double x) {
+    const double t = double(int64_t(x));
+    return t + (t < x ? 1.0 : 0.0);
+}
+// Through double: a floating divide is several times cheaper than a 64-bit integer one on the hot
+// path, and exact here (operands < 2^50, so a non-integer quotient never rounds onto an integer).
+inline int64_t ceil_div(int64_t a, int64_t b) { return int64_t(ceil_pos(double(a) / double(b))); }
 inline int64_t align_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+inline int64_t align_pow2(int64_t a, int64_t b) { return (a + b - 1) & ~(b - 1); }  // b a power of two
 // Chip-wide achievable HBM bytes per cycle of a clock of `freq_mhz`.
 inline double hbm_bytes_per_cycle(const SoC& s, double freq_mhz) {
     return s.hbm_gbps * s.hbm_efficiency * 1000.0 / freq_mhz;

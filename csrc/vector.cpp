@@ -197,7 +197,7 @@ Result eval_vector(const SoC& s, const int64_t* op, const int64_t* st) {
         } else {
             const double c = double(d[1]), hw = double(d[2]) * double(d[3]);
             const double c0 = 32.0 / double(ei);
-            const double padded = double(d[0]) * std::ceil(c / c0) * c0 * hw;
+            const double padded = double(d[0]) * ceil_pos(c / c0) * c0 * hw;
             if (b == F_NC1HWC0) { E_out = padded; run_in = (a == F_NCHW ? hw : c) * ei; run_out = 32 * 16; }
             else { E_out = E; E = padded; run_in = 32 * 16; run_out = (b == F_NCHW ? hw : c) * eo; }
         }
@@ -218,37 +218,37 @@ Result eval_vector(const SoC& s, const int64_t* op, const int64_t* st) {
     if (sp.cls == C_ROW) {
         if (!split_rows && double(blk) > rows) return invalid(RS_INCONSISTENT);
         if (split_rows) {
-            const double part = std::ceil(row_len / double(blk));
+            const double part = ceil_pos(row_len / double(blk));
             if (part < align) return invalid(RS_INCONSISTENT);
             per_core_rows = rows;
             const double seg = std::min(double(tile), part);
             if (double(tile) > double(align_up(int64_t(part), align))) return invalid(RS_EXCEEDS_SHAPE);
-            tiles = rows * std::ceil(part / seg);
+            tiles = rows * ceil_pos(part / seg);
             tile_elems = seg;
             per_core_elems = rows * part;
         } else {
-            per_core_rows = std::ceil(rows / double(blk));
+            per_core_rows = ceil_pos(rows / double(blk));
             per_core_elems = per_core_rows * row_len;
             if (double(tile) > double(align_up(int64_t(std::min(per_core_elems, 1e15)), align)))
                 return invalid(RS_EXCEEDS_SHAPE);
             if (double(tile) >= row_len) {
                 const double rpt = std::floor(double(tile) / row_len);
-                tiles = std::ceil(per_core_rows / rpt);
+                tiles = ceil_pos(per_core_rows / rpt);
                 tile_elems = rpt * row_len;
             } else {
                 if (sp.passes[impl] == 0) return invalid(RS_UB);  // this impl needs a whole row in UB
                 passes = sp.passes[impl];
-                tiles = per_core_rows * std::ceil(row_len / double(tile)) * passes;
+                tiles = per_core_rows * ceil_pos(row_len / double(tile)) * passes;
                 tile_elems = double(tile);
             }
         }
         if (run_in == 0) run_in = std::min(tile_elems, row_len) * ei;
     } else {
-        if (double(blk) > std::ceil(E / double(align))) return invalid(RS_INCONSISTENT);
-        per_core_elems = double(align_up(int64_t(std::ceil(E / double(blk))), align));
+        if (double(blk) > ceil_pos(E / double(align))) return invalid(RS_INCONSISTENT);
+        per_core_elems = double(align_up(int64_t(ceil_pos(E / double(blk))), align));
         if (double(tile) > per_core_elems) return invalid(RS_EXCEEDS_SHAPE);
         per_core_rows = 0;
-        tiles = std::ceil(per_core_elems / double(tile));
+        tiles = ceil_pos(per_core_elems / double(tile));
         tile_elems = double(tile);
         if (run_in == 0) run_in = tile_elems * ei;
     }
@@ -297,9 +297,9 @@ Result eval_vector(const SoC& s, const int64_t* op, const int64_t* st) {
     }
     double t3 = out_elems_tile * eo / sh_w / eff_out;
 
-    const double repeats = std::ceil(tile_elems * ei / s.vec_bytes_per_cycle);
+    const double repeats = ceil_pos(tile_elems * ei / s.vec_bytes_per_cycle);
     double tv = vcost * repeats / passes;
-    double instrs = double(sp.ninstr) * std::ceil(std::max(repeats, 1.0) / 255.0);
+    double instrs = double(sp.ninstr) * ceil_pos(std::max(repeats, 1.0) / 255.0);
     if (sp.cls == C_ROW) {
         // One reduce instruction per row per reduction; a row narrower than a repeat masks lanes.
         const double rows_in_tile = std::max(1.0, tile_elems / row_len);
@@ -316,8 +316,8 @@ Result eval_vector(const SoC& s, const int64_t* op, const int64_t* st) {
         const double ratio = (ho * wo) / (double(d[2]) * double(d[3]));
         out_elems_tile = tile_elems * ratio;
         t3 = out_elems_tile * eo / sh_w / eff_out;
-        tv = vcost * kh * kw * std::ceil(out_elems_tile * ei / s.vec_bytes_per_cycle);
-        instrs = double(sp.ninstr) * kh * kw * std::max(1.0, std::ceil(out_elems_tile * ei / s.vec_bytes_per_cycle / 255.0));
+        tv = vcost * kh * kw * ceil_pos(out_elems_tile * ei / s.vec_bytes_per_cycle);
+        instrs = double(sp.ninstr) * kh * kw * std::max(1.0, ceil_pos(out_elems_tile * ei / s.vec_bytes_per_cycle / 255.0));
         // halo rows re-read when a tile ends inside a pooling window
         const double tile_rows = std::max(1.0, tile_elems / double(d[3]));
         t2 *= 1.0 + std::max(0.0, kh - sh) / tile_rows;
