@@ -78,7 +78,7 @@ def test_export_import_keeps_the_better_strategy(tmp_path, bank_dir, capsys, mon
     theirs.put(MM, key(48), know(30), 1.0)  # new to me
     SubgraphBank(theirs_dir).put("9", {"plan": [2]}, 1.0)
     exported = tmp_path / "colleague.jsonl"
-    rc, out, _ = run(capsys, "--bank_dir", str(theirs_dir), "export", str(exported))
+    rc, out, _ = run(capsys, "--tune_bank_path", str(theirs_dir), "export", str(exported))
     assert rc == 0 and "exported 3 operator and 1 subgraph" in out
     rc, out, err = run(capsys, "import", str(exported))
     assert rc == 0, err
@@ -136,11 +136,11 @@ def test_cli_errors_are_clean(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("TUNE_BANK_PATH", str(tmp_path / "missing"))
     rc, _, err = run(capsys, "ls")
     assert rc == 2 and "TUNE_BANK_PATH" in err and "does not exist" in err
-    rc, _, err = run(capsys, "--bank_dir", str(tmp_path), "--soc_version", "../x", "ls")
+    rc, _, err = run(capsys, "--tune_bank_path", str(tmp_path), "--soc_version", "../x", "ls")
     assert rc == 2 and "invalid SoC version" in err
-    rc, _, err = run(capsys, "--bank_dir", str(tmp_path), "--soc_version", "AscendX", "ls")
+    rc, _, err = run(capsys, "--tune_bank_path", str(tmp_path), "--soc_version", "AscendX", "ls")
     assert rc == 2 and "core_num" in err
-    rc, _, err = run(capsys, "--bank_dir", str(tmp_path), "import", str(tmp_path / "nofile"))
+    rc, _, err = run(capsys, "--tune_bank_path", str(tmp_path), "import", str(tmp_path / "nofile"))
     assert rc == 2 and "does not exist" in err
 
 
@@ -155,7 +155,7 @@ def test_help_documents_location_and_soc(capsys):
 
 
 def test_console_entry_point(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "aoe.cli", "bank", "--bank_dir", str(tmp_path), "verify"],
+    proc = subprocess.run([sys.executable, "-m", "aoe.cli", "bank", "--tune_bank_path", str(tmp_path), "verify"],
                           capture_output=True, text=True, cwd=str(REPO))
     assert proc.returncode == 0, proc.stderr
     assert "damaged" in proc.stdout

@@ -24,7 +24,7 @@ Which bank: the custom operator bank of --soc_version (default {DEFAULT_SOC}) an
 the SoC's AI core count), found as in tuning (SPEC §2): $TUNE_BANK_PATH/<soc>, else
 $ASCEND_CACHE_PATH/aoe_data/<soc>, else $HOME/Ascend/latest/data/aoe/custom/op/<soc>; the subgraph
 bank (subgraph.json) in $TUNE_BANK_PATH, else $ASCEND_CACHE_PATH/aoe_data, else
-$HOME/Ascend/latest/data/aoe/custom/graph/<soc>. --bank_dir DIR acts like TUNE_BANK_PATH=DIR.
+$HOME/Ascend/latest/data/aoe/custom/graph/<soc>. --tune_bank_path DIR acts like TUNE_BANK_PATH=DIR.
 The built-in bank shipped with aoe is listed and verified too (it is read-only)."""
 
 EPILOG = """commands:
@@ -44,7 +44,8 @@ def _parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--soc_version", default=DEFAULT_SOC, help=f"SoC of the bank (default {DEFAULT_SOC})")
     p.add_argument("--core_num", type=int, default=None, help="AI core count in the bank file names")
-    p.add_argument("--bank_dir", default=None, help="use DIR as TUNE_BANK_PATH")
+    p.add_argument("--tune_bank_path", metavar="DIR", default=None,
+                   help="use DIR as TUNE_BANK_PATH (overrides the environment)")
     sub = p.add_subparsers(dest="cmd", metavar="command")
     ls = sub.add_parser("ls", help="list cases")
     ls.add_argument("--json", action="store_true", help="one JSON object per line")
@@ -63,8 +64,8 @@ def _parser() -> argparse.ArgumentParser:
 class _Banks:
     def __init__(self, args: argparse.Namespace) -> None:
         env: dict[str, str] = dict(os.environ)
-        if args.bank_dir is not None:
-            env["TUNE_BANK_PATH"] = args.bank_dir
+        if args.tune_bank_path is not None:
+            env["TUNE_BANK_PATH"] = args.tune_bank_path
         self.soc = check_name(args.soc_version, "SoC version")
         self.core_num = core_num_for(self.soc, args.core_num)
         self.custom = OpBank(resolve_op_bank_dir(self.soc, env), self.soc, self.core_num)
