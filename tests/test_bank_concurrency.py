@@ -1,5 +1,5 @@
 """Many processes writing one bank: no lost update, no partial file, kill -9 at any instant is safe."""
-import json
+import fcntl
 import os
 import random
 import signal
@@ -10,9 +10,7 @@ import time
 import warnings
 from pathlib import Path
 
-import pytest
-
-from aoe.bank import BankWarning, OpBank, SubgraphBank
+from aoe.bank import BankWarning, OpBank, SubgraphBank, make_pending
 from aoe.bank.schema import MATMUL_KNOWLEDGE
 
 SOC, MM = "Ascend910B2", "MatMulV3"
@@ -107,19 +105,34 @@ while True:  # keep saving batches of 200 new cases into a multi-megabyte file
 
 def test_kill_9_during_save_leaves_a_loadable_bank(tmp_path):
     bank = OpBank(tmp_path, SOC)
-    bank.save([__import__("aoe.bank", fromlist=["make_pending"]).make_pending(
-        MM, {"m": m, "k": 64, "n": 64, "a_dtype": 1, "b_dtype": 1, "out_dtype": 1, "a_format": 2,
-             "b_format": 2, "out_format": 2}, {f: m % 1000 for f in MATMUL_KNOWLEDGE}, 1.0)
-        for m in range(5000)])
+    bank.save([make_pending(MM, {"m": m, "k": 64, "n": 64, "a_dtype": 1, "b_dtype": 1, "out_dtype": 1,
+                                 "a_format": 2, "b_format": 2, "out_format": 2},
+                            {f: m % 1000 for f in MATMUL_KNOWLEDGE}, 1.0) for m in range(5000)])
     rng = random.Random(4)
-    start, saved, temp_seen = 5000, 5000, 0
+    path = bank.path_for(MM)
+    lock = path.with_name(f".{path.name}.lock")
+    start, saved = 5000, 5000
     for _ in range(6):
         p = _spawn(KILLED, tmp_path, start)
-        time.sleep(0.3 + rng.random() * 0.7)
-        p.send_signal(signal.SIGKILL)
+        time.sleep(0.2 + rng.random() * 0.5)
+        # kill it while it holds the bank lock, i.e. in the middle of a save
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            fd = os.open(lock, os.O_RDONLY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                time.sleep(rng.random() * 0.03)  # somewhere inside read / merge / write / rename
+                p.send_signal(signal.SIGKILL)
+                break
+            finally:
+                os.close(fd)
+            time.sleep(0.001)
+        else:
+            p.kill()
+            raise AssertionError("the writer never took the lock")
         out, _ = p.communicate(timeout=30)
         printed = [int(x) for x in out.split()]
-        temp_seen += any(x.name.endswith(".tmp") for x in bank.dir.iterdir())
         with warnings.catch_warnings():
             warnings.simplefilter("error", BankWarning)  # no damaged line, ever
             fresh = OpBank(tmp_path, SOC)
