@@ -172,6 +172,7 @@ PYBIND11_MODULE(_sim, m) {
         .def_readwrite("l2_usable", &SoC::l2_usable)
         .def_readwrite("dma_overhead_bytes", &SoC::dma_overhead_bytes)
         .def_readwrite("nd2nz_efficiency", &SoC::nd2nz_efficiency)
+        .def_readwrite("dma_latency_cycles", &SoC::dma_latency_cycles)
         .def_readwrite("mmad_overhead_cycles", &SoC::mmad_overhead_cycles)
         .def_readwrite("vec_instr_overhead_cycles", &SoC::vec_instr_overhead_cycles)
         .def_readwrite("scalar_iter_cycles", &SoC::scalar_iter_cycles)

@@ -15,6 +15,7 @@ struct CubeTask {
     double fix = 0;                  // L0C -> GM
     double scalar = 0;               // issue + sync
     double hbm_floor = 0;            // cycles the chip-wide HBM share needs for this task's bytes
+    double exposed_latency = 0;      // GM latency of single-buffered chunk loads (nothing overlaps it)
     bool db_l1a = false, db_l1b = false;   // L1 ping-pong (MTE2 overlaps the rest)
     bool db_l0a = false, db_l0b = false;   // L0 ping-pong (MTE1 overlaps Cube)
     bool db_l0c = false;                   // L0C ping-pong (FixPipe overlaps Cube)
@@ -64,7 +65,7 @@ inline double cube_task_cycles(const CubeTask& t, double* fill_out) {
     const double t2 = t.mte2_a + t.mte2_b;
     const double ov2 = (t.db_l1a ? t.mte2_a : 0.0) + (t.db_l1b ? t.mte2_b : 0.0);
     double total = std::max(ov2, withc) + (t2 - ov2);
-    total = std::max(total, std::max(t.scalar, t.hbm_floor));
+    total = std::max(total, std::max(t.scalar, t.hbm_floor)) + t.exposed_latency;
     const double fill = t2 / t.n_chunks + t1 / t.n_blocks + t.fix / t.n_out;
     if (fill_out) *fill_out = fill;
     return total + fill;

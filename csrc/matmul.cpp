@@ -199,8 +199,11 @@ Result cube_eval(const SoC& s, const CubeProblem& p, const CubePrep& c, const in
     const double out_task = double(tM) * double(tN) * out_e;
     const double runC = c_nz ? double(std::min(bM, aM)) * 32.0 : double(std::min(bN, tN)) * out_e;
     t.fix = out_task * std::max(1.0 / s.fixpipe_rate, cpb_h) * (runC + s.dma_overhead_bytes) / runC;
-    const double chunks = a_mult * double(mT) * double(ceil_div(kIter, sKa)) +
-                          b_mult * double(nT) * double(ceil_div(kIter, sKb));
+    const double chunks_a = a_mult * double(mT) * double(ceil_div(kIter, sKa));
+    const double chunks_b = b_mult * double(nT) * double(ceil_div(kIter, sKb));
+    const double chunks = chunks_a + chunks_b;
+    // a single-buffered L1 operand waits a full GM round trip per chunk; ping-pong hides it
+    t.exposed_latency = s.dma_latency_cycles * ((dbl1a ? 0.0 : chunks_a) + (dbl1b ? 0.0 : chunks_b) + 1.0);
     t.scalar = s.scalar_task_cycles + s.scalar_chunk_cycles * chunks + s.scalar_iter_cycles * n_blocks;
     const double hbm_task = (a_task + b_task) * fh + out_task;
     t.hbm_floor = hbm_task * cpb_hbm_share;

@@ -38,6 +38,7 @@ struct SoC {
     double l1_to_ub_rate = 128;
     double l2_usable = 0.8;    // fraction of L2 a kernel's working set may count on
     double dma_overhead_bytes = 64;   // per contiguous burst: efficiency = run / (run + this)
+    double dma_latency_cycles = 700;  // GM round trip of one transfer; hidden only by ping-pong
     double nd2nz_efficiency = 0.85;   // extra cost of the ND->NZ strided MTE2 mode
     double mmad_overhead_cycles = 32; // per mmad: cube pipeline fill + MTE1/Cube flag handshake
     double vec_instr_overhead_cycles = 12;  // per vector instruction issue

@@ -326,8 +326,10 @@ Result eval_vector(const SoC& s, const int64_t* op, const int64_t* st) {
     tv += instrs * s.vec_instr_overhead_cycles;
 
     const double scalar = s.scalar_chunk_cycles;
-    const double per_tile = db ? std::max(std::max(t2, tv), std::max(t3, scalar)) : t2 + tv + t3 + scalar;
-    const double fill = db ? (t2 + t3 + tv - std::max(std::max(t2, tv), t3)) : 0.0;
+    // Single buffering waits a GM round trip for every load and store; ping-pong only for the first.
+    const double lat = 2.0 * s.dma_latency_cycles;
+    const double per_tile = db ? std::max(std::max(t2, tv), std::max(t3, scalar)) : t2 + tv + t3 + scalar + lat;
+    const double fill = db ? (t2 + t3 + tv - std::max(std::max(t2, tv), t3)) + lat : 0.0;
     const double core_bytes = (in_bytes_tile * first_frac + out_elems_tile * eo) * tiles;
     const double hbm_floor = core_bytes / (hbm_bpc / active);
     double total = std::max(per_tile * tiles, hbm_floor) + fill + s.scalar_task_cycles;

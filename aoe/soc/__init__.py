@@ -50,6 +50,7 @@ _SIM_KEYS: dict[str, tuple[str, type]] = {
     "l2_usable": ("l2_usable", float),
     "dma_overhead_bytes": ("dma_overhead_bytes", float),
     "nd2nz_efficiency": ("nd2nz_efficiency", float),
+    "dma_latency_cycles": ("dma_latency_cycles", float),
     "mmad_overhead_cycles": ("mmad_overhead_cycles", float),
     "vec_instr_overhead_cycles": ("vec_instr_overhead_cycles", float),
     "scalar_iter_cycles": ("scalar_iter_cycles", float),
@@ -92,6 +93,7 @@ class Soc:
     l2_usable: float = 0.8
     dma_overhead_bytes: float = 64.0
     nd2nz_efficiency: float = 0.85
+    dma_latency_cycles: float = 700.0
     mmad_overhead_cycles: float = 32.0
     vec_instr_overhead_cycles: float = 12.0
     scalar_iter_cycles: float = 40.0
@@ -253,7 +255,7 @@ def _validate(soc: Soc, where: str) -> None:
         raise AoeError(f"{where}: ub_reserved must be in [0, ub_size)")
     if not (0 < soc.l2_usable <= 1 and 0 < soc.nd2nz_efficiency <= 1 and 0 < soc.hbm_efficiency <= 1):
         raise AoeError(f"{where}: l2_usable, nd2nz_efficiency and hbm_efficiency must be in (0, 1]")
-    for name in ("l2_gbps", "dma_overhead_bytes", "mmad_overhead_cycles", "vec_instr_overhead_cycles",
+    for name in ("l2_gbps", "dma_overhead_bytes", "dma_latency_cycles", "mmad_overhead_cycles", "vec_instr_overhead_cycles",
                  "scalar_iter_cycles", "scalar_chunk_cycles", "scalar_task_cycles", "launch_us",
                  "cv_handoff_us"):
         if getattr(soc, name) < 0:
