@@ -393,6 +393,14 @@ def test_query_reads_the_environment(tmp_path, monkeypatch):
     assert query(SOC, MM, mm_key(m=16)) is None
 
 
+def test_query_warns_about_a_missing_tune_bank_path(tmp_path, monkeypatch):
+    clear_cache()
+    e = next(BuiltinBank(SOC).entries())
+    monkeypatch.setenv("TUNE_BANK_PATH", str(tmp_path / "typo"))
+    with pytest.warns(UserWarning, match="TUNE_BANK_PATH"):
+        assert query(SOC, e.op, e.info_dict) == e.knowledge  # the built-in bank still answers
+
+
 def test_query_cache_never_hides_a_new_entry(tmp_path):
     clear_cache()
     key = mm_key(m=4096)

@@ -32,7 +32,16 @@ def _chain(soc: str, core_num: int | None, bank_dir: str | os.PathLike[str] | No
         ck = (soc, core_num, bank_dir)  # a Path caches its hash: no per-call str conversion
     chain = _CHAINS.get(ck)
     if chain is None:
-        root = Path(bank_dir) if bank_dir is not None else resolve_op_bank_dir(soc, env, check=False)
+        if bank_dir is not None:
+            root = Path(bank_dir)
+        else:
+            try:
+                root = resolve_op_bank_dir(soc, env)
+            except BankNameError:
+                raise
+            except AoeError as exc:  # e.g. a TUNE_BANK_PATH typo: say so, compile on without it
+                _warn_once(f"custom bank not used: {exc}")
+                root = resolve_op_bank_dir(soc, env, check=False)
         chain = BankChain(OpBank(root, soc, core_num), BuiltinBank(soc, core_num))
         _CHAINS[ck] = chain
     return chain
@@ -47,14 +56,17 @@ def query(soc: str, op_type: str, key: Mapping[str, Any], core_num: int | None =
     except (BankKeyError, BankNameError):
         raise  # the caller's question is malformed: no bank can answer it
     except AoeError as exc:  # the custom bank is unreadable: say so once, use the built-in one
-        msg = str(exc)
-        if msg not in _WARNED:
-            _WARNED.add(msg)
-            warnings.warn(f"custom bank skipped: {msg}", stacklevel=2)
+        _warn_once(f"custom bank skipped: {exc}")
         e = None
     if e is None and chain.builtin is not None:
         e = chain.builtin.lookup(op_type, key)
     return None if e is None else knowledge_copy(e)
+
+
+def _warn_once(msg: str) -> None:
+    if msg not in _WARNED:
+        _WARNED.add(msg)
+        warnings.warn(msg, stacklevel=3)
 
 
 def clear_cache() -> None:
