@@ -15,6 +15,7 @@ Guarantees:
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import gc
 import math
@@ -119,7 +120,7 @@ def _open_nofollow(path: Path) -> int:
     try:
         return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
-        if exc.errno == 40:  # ELOOP: the final component is a symlink
+        if exc.errno == errno.ELOOP:  # the final component is a symlink
             raise AoeError(f"bank file {path} is a symbolic link; aoe refuses to follow links inside "
                            f"a bank directory (remove the link)") from None
         raise
@@ -173,7 +174,7 @@ def _parse(data: bytes, check: Callable[[Any], str | None], out: Lines) -> None:
     for n, line in enumerate(data.split(b"\n"), 1):
         if line.endswith(b"\r"):
             line = line[:-1]
-        if not line.strip():
+        if not line or line.isspace():  # (isspace stops at the first non-space: no copy)
             continue
         try:
             rec = _loads(line)
@@ -241,9 +242,7 @@ def atomic_write(path: Path, data: bytes) -> Signature:
                        f"execute permission (set TUNE_BANK_PATH to a writable directory)") from None
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            # permissions first, so that they are as durable as the data when the rename lands
             if old_st is not None and stat.S_ISREG(old_st.st_mode):
                 os.fchmod(f.fileno(), stat.S_IMODE(old_st.st_mode))
                 try:  # keep the file's owner (root may) and group (members may)
@@ -252,6 +251,9 @@ def atomic_write(path: Path, data: bytes) -> Signature:
                     pass
             else:
                 share_like_dir(f.fileno(), dir_st)
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
             st = os.fstat(f.fileno())
         os.replace(tmp, path)
     except BaseException:
