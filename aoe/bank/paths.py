@@ -61,18 +61,18 @@ def check_dir(path: Path, source: str) -> None:
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise AoeError(f"bank directory {path} does not exist (set by {source}); create it "
+        raise AoeError(f"bank directory {path} does not exist (from {source}); create it "
                        f"(mkdir -p {path}) or point the variable at an existing directory") from None
     except OSError as exc:
-        raise AoeError(f"bank directory {path} (set by {source}) cannot be accessed: "
+        raise AoeError(f"bank directory {path} (from {source}) cannot be accessed: "
                        f"{exc.strerror}") from None
     if not stat.S_ISDIR(st.st_mode):
-        raise AoeError(f"bank path {path} (set by {source}) is not a directory")
+        raise AoeError(f"bank path {path} (from {source}) is not a directory")
     ok = os.access(path, os.R_OK | os.W_OK | os.X_OK)
     if ok and os.geteuid() == 0:
         ok = _owner_rwx_for_root(st)
     if not ok:
-        raise AoeError(f"bank directory {path} (set by {source}) needs read, write and execute "
+        raise AoeError(f"bank directory {path} (from {source}) needs read, write and execute "
                        f"permission for the current user (mode {stat.filemode(st.st_mode)}); "
                        f"fix it with chmod u+rwx (or g+rwx for a shared bank) or choose another directory")
 

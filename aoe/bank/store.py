@@ -245,8 +245,7 @@ class OpBank:
 
     def _load(self, op_type: str, path: Path) -> OpFile:
         lines = jsonl.read_lines(path, _check_record(op_type))
-        return OpFile(lines, op_type, schema_for(op_type), self.hash_fn,
-                      self.source if self.source else str(path))
+        return OpFile(lines, op_type, schema_for(op_type), self.hash_fn, self.source)
 
     def file(self, op_type: str) -> OpFile:
         """The current index of `op_type`'s file, re-read only when its stat signature changed.
@@ -301,7 +300,7 @@ class OpBank:
         for n, it in enumerate(items):
             by_op.setdefault(it.op_type, []).append(n)
         for op_type, idxs in by_op.items():
-            path = self.path_for(op_type)
+            self.path_for(op_type)  # refuse a bad name before creating anything
             ensure_dir(self.dir)
             # the same rwx rule as for TUNE_BANK_PATH (root included), before anything is written
             check_dir(self.dir, f"the {self.source} operator bank {self.root}")
