@@ -29,6 +29,7 @@ struct VopSpec {
     int nreduce;        // row reductions per pass (C_ROW): each is one instruction per row
     int passes[3];      // GM passes over a row that does not fit in a tile (0: impl needs the row in UB)
     int n_impl;
+    bool per_row_of_p0 = false;  // vector work scales with p0 (GEMV: one pass over B per row of A)
 };
 
 // Recipes: instruction counts and per-repeat costs (transcendentals several cycles per repeat,
@@ -86,6 +87,11 @@ const VopSpec kVops[] = {
     {"LayerNormGrad",    C_ROW,      3, 1, 0, 3, {12, 0, 0},        10, 2, {2, 0, 0}, 1},
     {"BNTrainingReduce", C_ROW,      1, 0, 2, 1, {2, 0, 0},          2, 2, {1, 0, 0}, 1},
     {"BNTrainingUpdateGrad", C_ROW,  2, 0, 2, 2, {3, 0, 0},          3, 2, {1, 0, 0}, 1},
+    // Matmul alternatives on the Vector unit (Impl tuning): a GEMV reduces B [K, N] over K for each of
+    // p0 rows of A (fp16 accumulation: high_performance only); a depthwise conv does kh*kw
+    // multiply-adds per output on NC1HWC0 data (pooling machinery, p0..p3 = kernel and stride).
+    {"Gemv",             C_ROW,      1, 0, 1, 1, {2, 0, 0},          2, 1, {1, 0, 0}, 1, true},
+    {"DepthwiseConv2D",  C_POOL,     1, 1, 0, 2, {2, 0, 0},          2, 0, {1, 0, 0}, 1},
     {"Transpose",        C_TRANSPOSE,1, 1, 0, 1, {2, 0, 0},          2, 0, {1, 0, 0}, 1},
     {"TransData",        C_TRANSDATA,1, 1, 0, 1, {2, 0, 0},          2, 0, {1, 0, 0}, 1},
     {"MaxPool",          C_POOL,     1, 1, 0, 1, {1, 0, 0},          1, 0, {1, 0, 0}, 1},
@@ -298,6 +304,7 @@ Result eval_vector(const SoC& s, const int64_t* op, const int64_t* st) {
     double t3 = out_elems_tile * eo / sh_w / eff_out;
 
     const double repeats = ceil_pos(tile_elems * ei / s.vec_bytes_per_cycle);
+    if (sp.per_row_of_p0 && op[V_P0] > 1) vcost *= double(op[V_P0]);
     double tv = vcost * repeats / passes;
     double instrs = double(sp.ninstr) * ceil_pos(std::max(repeats, 1.0) / 255.0);
     if (sp.cls == C_ROW) {

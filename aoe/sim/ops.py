@@ -185,7 +185,9 @@ class VectorOp:
         elif self.op_type == "TransData":
             p[0] = FORMATS.get(self.src_format.upper(), -1)
             p[1] = FORMATS.get(self.dst_format.upper(), -1)
-        elif self.op_type in ("MaxPool", "AvgPool", "MaxPoolGrad", "AvgPoolGrad"):
+        elif self.op_type == "Gemv":
+            p[0] = int(self.ksize[0])  # rows of A
+        elif self.op_type in ("MaxPool", "AvgPool", "MaxPoolGrad", "AvgPoolGrad", "DepthwiseConv2D"):
             p = [int(self.ksize[0]), int(self.ksize[1]), int(self.strides[0]), int(self.strides[1])]
         in_fmt = FORMATS.get(self.in_format.upper(), FORMATS["ND"])
         out_fmt = FORMATS.get(self.out_format.upper(), FORMATS["ND"])

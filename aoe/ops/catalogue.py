@@ -1,0 +1,312 @@
+"""Operator catalogue: a graph operator -> its tuning case (kernel model, bank key, Format and Impl choices).
+
+`describe(graph, op)` is the one place that knows how a CANN operator of the IR is priced:
+
+- which simulator kernel models it and with which shapes;
+- its knowledge-bank key (`info_dict`, the schemas of `aoe.bank.schema`);
+- its **Format** alternatives: the layouts its kernel can run in, each with the `TransData`
+  conversions it needs at the boundaries (charged to the operator, like CANN inserts them);
+- its **Impl** alternatives: other kernels for the same maths, each tagged with the precision
+  modes (`op_select_implmode`) it is allowed under.
+
+Operators the simulator has no model for raise `Unsupported` with a reason; tuning skips and reports them.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..bank.schema import schema_for
+from ..errors import AoeError
+from ..graph import Graph, Op
+from ..sim import Conv2D, MatMul, SimOp, VectorOp
+from ..sim.ops import VECTOR_ALIASES, VECTOR_OPS
+
+HIGH_PERFORMANCE = "high_performance"
+HIGH_PRECISION = "high_precision"
+IMPL_MODES = (HIGH_PERFORMANCE, HIGH_PRECISION)
+BOTH = frozenset(IMPL_MODES)
+PERF_ONLY = frozenset({HIGH_PERFORMANCE})
+
+# IR operators priced like another vector kernel.
+_VECTOR_AS = {
+    "AddN": "Add", "Muls": "Mul", "Adds": "Add", "BroadcastToD": "Tile", "EmbeddingDenseGrad": "Gather",
+    "UnsortedSegmentSum": "Gather", "LogicalAnd": "Mul", "LogicalOr": "Add", "Equal": "Sub", "Less": "Sub",
+    "Greater": "Sub", "SquareSumV1": "ReduceSumD", "Square": "Mul", "OnesLike": "Cast", "ZerosLike": "Cast",
+    "ClipByValue": "ClipByValue", "Pow": "Pow", "SplitV": "Split", "StridedSliceD": "Slice",
+    "Relu6": "ClipByValue", "Relu6Grad": "ReluGrad", "Relu6D": "ClipByValue",
+}
+_ROW_OPS = ("SoftmaxV2", "SoftmaxGrad", "LayerNorm", "LayerNormGrad", "ReduceSumD", "ReduceMeanD",
+            "ReduceMaxD", "BNTrainingReduce", "BNTrainingUpdateGrad")
+
+
+class Unsupported(AoeError):
+    """The operator cannot be tuned (no kernel model, dynamic shape, view): skipped and reported."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way to run the operator: a kernel model plus the fixed extra cost around it."""
+
+    label: str
+    sim_op: SimOp
+    extra_us: float = 0.0                     # TransData kernels this choice needs (Format tuning)
+    extra_ops: tuple[SimOp, ...] = ()         # those conversion kernels, priced with their defaults
+    modes: frozenset[str] = BOTH              # op_select_implmode values that allow it
+    knowledge: dict[str, Any] = field(default_factory=dict)  # what to store besides the tiling
+
+
+@dataclass(frozen=True)
+class OpCase:
+    """A tunable operator of a graph."""
+
+    op_name: str
+    op_type: str
+    family: str                               # matmul | conv | vector
+    key: dict[str, Any]                       # bank info_dict (canonical)
+    default: Variant                          # formats and kernel a CANN compile uses
+    formats: tuple[Variant, ...]              # Format alternatives (default first)
+    impls: tuple[Variant, ...]                # Impl alternatives (default first)
+
+    @property
+    def case_id(self) -> tuple[str, str]:
+        """Identity for de-duplication: identical cases are tuned once."""
+        return self.op_type, repr(sorted(self.key.items()))
+
+
+def _shape(graph: Graph, name: str) -> tuple[int, ...]:
+    t = graph.tensors[name]
+    if not t.is_static:
+        raise Unsupported(f"tensor {name!r} has a dynamic shape {list(t.shape)}")
+    return t.shape
+
+
+def _prod(dims: Any) -> int:
+    return int(math.prod(int(d) for d in dims)) if dims else 1
+
+
+def _sim_dtype(dtype: str) -> str:
+    return dtype if dtype in ("float16", "bfloat16", "float32", "int8", "int32") else "float16"
+
+
+def describe(graph: Graph, op: Op) -> OpCase:
+    """The tuning case of `op` in `graph` (raises Unsupported for operators that cannot be tuned)."""
+    if getattr(op, "is_view", False) or op.attrs.get("view"):
+        raise Unsupported("view: no kernel")
+    if op.type == "Opaque":
+        raise Unsupported(f"operator type {op.attrs.get('onnx_type', '?')!r} is not supported")
+    for name in list(op.inputs) + list(op.outputs):
+        _shape(graph, name)
+    if op.type in ("MatMulV2", "MatMulV3", "BatchMatMulV2", "BatchMatMulV3", "MatMul", "BatchMatMul"):
+        return _matmul_case(graph, op)
+    if op.type in ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "DepthwiseConv2D"):
+        return _conv_case(graph, op)
+    return _vector_case(graph, op)
+
+
+# --- matmul ------------------------------------------------------------------------------------
+
+def _matmul_case(graph: Graph, op: Op) -> OpCase:
+    a_name, b_name = op.inputs[0], op.inputs[1]
+    a, b = _shape(graph, a_name), _shape(graph, b_name)
+    ta, tb = bool(op.attrs.get("transpose_x1")), bool(op.attrs.get("transpose_x2"))
+    bias = bool(op.attrs.get("has_bias")) and len(op.inputs) > 2
+    dtype = _sim_dtype(graph.tensors[a_name].dtype)
+    if len(a) < 2 or len(b) < 2:
+        raise Unsupported(f"matmul inputs of rank {len(a)} and {len(b)}")
+    m, k = (a[-1], a[-2]) if ta else (a[-2], a[-1])
+    kb, n = (b[-1], b[-2]) if tb else (b[-2], b[-1])
+    if k != kb:
+        raise Unsupported(f"matmul K mismatch {k} vs {kb}")
+    batch_a, batch_b = _prod(a[:-2]), _prod(b[:-2])
+    if batch_b == 1 and batch_a > 1 and not ta:
+        # [B, S, K] x [K, N]: a plain matmul of (B*S) rows, as CANN folds it
+        m, batch_a = m * batch_a, 1
+    if batch_a != batch_b and 1 not in (batch_a, batch_b):
+        raise Unsupported(f"batch dims {a[:-2]} and {b[:-2]} do not broadcast")
+
+    def mm(fa: str = "ND", fb: str = "ND", fc: str = "ND") -> MatMul:
+        return MatMul(m=m, n=n, k=k, batch=batch_a, batch_b=batch_b, dtype=dtype, a_format=fa, b_format=fb,
+                      c_format=fc, trans_a=ta, trans_b=tb, bias=bias, op_type=op.type)
+
+    base = mm()
+    ba = [int(d) for d in a[:-2]][-4:]
+    bb = [int(d) for d in b[:-2]][-4:]
+    key = schema_for(op.type).canonical_key(op.type, {
+        "m": m, "k": k, "n": n,
+        **{f"batch_a{i + 1}": v for i, v in enumerate((ba + [1, 1, 1, 1])[:4])},
+        **{f"batch_b{i + 1}": v for i, v in enumerate((bb + [1, 1, 1, 1])[:4])},
+        "a_dtype": dtype, "b_dtype": dtype, "out_dtype": base.out_dtype,
+        "a_format": "ND", "b_format": "ND", "out_format": "ND",
+        "trans_a_flag": ta, "trans_b_flag": tb, "bias_flag": bias,
+        "m_align_flag": m % 16 == 0, "k_align_flag": k % 16 == 0, "n_align_flag": n % 16 == 0,
+    })
+    default = Variant("ND,ND,ND", base)
+    # Format: FRACTAL_NZ operands. A weight (param/const) can be kept in NZ for free; an activation
+    # needs a TransData ND->NZ before the kernel, an NZ result one NZ->ND after it.
+    formats = [default]
+    for fa in ("ND", "FRACTAL_NZ"):
+        for fb in ("ND", "FRACTAL_NZ"):
+            for fc in ("ND", "FRACTAL_NZ"):
+                if (fa, fb, fc) == ("ND", "ND", "ND"):
+                    continue
+                extra: list[SimOp] = []
+                if fa == "FRACTAL_NZ" and graph.tensors[a_name].kind == "activation":
+                    extra.append(_transdata(a, dtype, "ND", "FRACTAL_NZ"))
+                if fb == "FRACTAL_NZ" and graph.tensors[b_name].kind == "activation":
+                    extra.append(_transdata(b, dtype, "ND", "FRACTAL_NZ"))
+                if fc == "FRACTAL_NZ":
+                    extra.append(_transdata(_shape(graph, op.outputs[0]), base.out_dtype, "FRACTAL_NZ", "ND"))
+                formats.append(Variant(f"{_short(fa)},{_short(fb)},{_short(fc)}", mm(fa, fb, fc),
+                                       extra_ops=tuple(extra),
+                                       knowledge={"formats": [fa, fb, fc]}))
+    impls = [Variant("cube", base, knowledge={"impl": "cube"})]
+    if m <= 16 and batch_a == 1 and batch_b == 1 and not tb:
+        gemv = VectorOp("Gemv", (k, n), dtype=dtype, axes=(0,), ksize=(m, 1))
+        impls.append(Variant("vector_gemv", gemv, modes=PERF_ONLY, knowledge={"impl": "vector_gemv"}))
+    return OpCase(op.name, op.type, "matmul", key, default, tuple(formats), tuple(impls))
+
+
+def _short(fmt: str) -> str:
+    return "NZ" if fmt == "FRACTAL_NZ" else fmt
+
+
+def _transdata(shape: tuple[int, ...], dtype: str, src: str, dst: str) -> VectorOp:
+    if len(shape) < 2:
+        shape = (1, *shape)
+    return VectorOp("TransData", tuple(shape), dtype=_sim_dtype(dtype), src_format=src, dst_format=dst)
+
+
+# --- conv --------------------------------------------------------------------------------------
+
+def _conv_case(graph: Graph, op: Op) -> OpCase:
+    attrs = op.attrs
+    strides = tuple(int(v) for v in attrs.get("strides", (1, 1)))
+    pads = tuple(int(v) for v in attrs.get("pads", (0, 0, 0, 0)))
+    dil = tuple(int(v) for v in attrs.get("dilations", (1, 1)))
+    groups = int(attrs.get("groups", 1))
+    if op.type == "Conv2D" or op.type == "DepthwiseConv2D":
+        x, w = _shape(graph, op.inputs[0]), _shape(graph, op.inputs[1])
+        dtype_t = graph.tensors[op.inputs[0]].dtype
+    elif op.type == "Conv2DBackpropInput":  # inputs (filter, out_backprop), attr input_size
+        w = _shape(graph, op.inputs[0])
+        x = tuple(int(v) for v in attrs.get("input_size") or _shape(graph, op.outputs[0]))
+        dtype_t = graph.tensors[op.inputs[1]].dtype
+    else:  # Conv2DBackpropFilter: inputs (x, out_backprop), attr filter_size
+        x = _shape(graph, op.inputs[0])
+        w = tuple(int(v) for v in attrs.get("filter_size") or _shape(graph, op.outputs[0]))
+        dtype_t = graph.tensors[op.inputs[0]].dtype
+    if len(x) != 4 or len(w) != 4:
+        raise Unsupported(f"{op.type} with input {list(x)} and weight {list(w)} is not 2-D")
+    dtype = _sim_dtype(dtype_t)
+    kind = "Conv2D" if op.type == "DepthwiseConv2D" else op.type
+    base = Conv2D(x=x, weight=w, strides=strides, pads=pads, dilations=dil, groups=groups, dtype=dtype,
+                  bias=bool(attrs.get("has_bias")), op_type=kind)  # type: ignore[arg-type]
+    ho, wo = base.out_hw
+    key = schema_for(op.type).canonical_key(op.type, {
+        "a_dtype": dtype, "b_dtype": dtype, "c_dtype": base.out_dtype,
+        "a_shape_n": x[0], "a_shape_c": x[1], "a_shape_h": x[2], "a_shape_w": x[3],
+        "b_shape_n": w[0], "b_shape_c": w[1], "b_shape_h": w[2], "b_shape_w": w[3],
+        "c_shape_h": ho, "c_shape_w": wo,
+        "a_format": "NC1HWC0", "b_format": "FRACTAL_Z", "c_format": "NC1HWC0",
+        "groups": groups, "stride_h": strides[0], "stride_w": strides[1], "dilation_h": dil[0],
+        "dilation_w": dil[1], "pad_top": pads[0], "pad_bottom": pads[1], "pad_left": pads[2],
+        "pad_right": pads[3], "bias_flag": bool(attrs.get("has_bias")),
+    })
+    default = Variant("NC1HWC0", base)
+    impls = [Variant("img2col_cube", base, knowledge={"impl": "img2col_cube"})]
+    kh, kw = w[2], w[3]
+    if (kind == "Conv2D" and kh == kw == 1 and strides == (1, 1) and pads == (0, 0, 0, 0) and groups == 1):
+        # 1x1 conv = matmul over pixels; NC1HWC0 activations are already NZ-like, weights FRACTAL_Z
+        mm = MatMul(m=x[0] * x[2] * x[3], n=w[0], k=x[1], dtype=dtype, a_format="FRACTAL_NZ",
+                    b_format="FRACTAL_NZ", c_format="FRACTAL_NZ", op_type="MatMulV2")
+        impls.append(Variant("conv1x1_as_matmul", mm, knowledge={"impl": "conv1x1_as_matmul"}))
+    if kind == "Conv2D" and groups == x[1] == w[0] and w[1] == 1 and dil == (1, 1) and strides[0] == strides[1]:
+        padded = (x[0], x[1], x[2] + pads[0] + pads[1], x[3] + pads[2] + pads[3])
+        dw = VectorOp("DepthwiseConv2D", padded, dtype=dtype, ksize=(kh, kw), strides=strides)
+        impls.append(Variant("depthwise_vector", dw, knowledge={"impl": "depthwise_vector"}))
+    return OpCase(op.name, op.type, "conv", key, default, (default,), tuple(impls))
+
+
+# --- vector ------------------------------------------------------------------------------------
+
+def _vector_case(graph: Graph, op: Op) -> OpCase:
+    name = _VECTOR_AS.get(op.type, VECTOR_ALIASES.get(op.type, op.type))
+    if name not in VECTOR_OPS:
+        raise Unsupported(f"the simulator has no kernel model for {op.type}")
+    ins = [graph.tensors[t] for t in op.inputs]
+    outs = [graph.tensors[t] for t in op.outputs]
+    if not ins:
+        raise Unsupported(f"{op.type} has no inputs")
+    main = max(ins + outs, key=lambda t: _prod(t.shape)) if name in ("Tile", "Pad", "Concat", "Gather") \
+        else max(ins, key=lambda t: _prod(t.shape))
+    shape = tuple(int(d) for d in main.shape) or (1,)
+    if len(shape) > 8:
+        raise Unsupported(f"{op.type} of rank {len(shape)} (> 8)")
+    dtype = _sim_dtype(main.dtype)
+    kwargs: dict[str, Any] = {}
+    if name in _ROW_OPS:
+        axes = op.attrs.get("axes")
+        if name in ("LayerNorm", "LayerNormGrad"):
+            begin = int(op.attrs.get("begin_norm_axis", len(shape) - 1)) % len(shape)
+            axes = list(range(begin, len(shape)))
+        elif name in ("BNTrainingReduce", "BNTrainingUpdateGrad"):
+            axes = [a for a in range(len(shape)) if a != 1] if len(shape) == 4 else [0]
+        elif not axes:
+            axes = [len(shape) - 1]
+        kwargs["axes"] = tuple(int(a) % len(shape) for a in axes)
+    if name == "Transpose":
+        kwargs["perm"] = tuple(int(p) for p in op.attrs.get("perm", range(len(shape) - 1, -1, -1)))
+    if name in ("MaxPool", "AvgPool", "MaxPoolGrad", "AvgPoolGrad"):
+        if len(shape) != 4:
+            raise Unsupported(f"{op.type} on a rank-{len(shape)} tensor")
+        kwargs["ksize"] = tuple(int(v) for v in op.attrs.get("ksize", (1, 1))[-2:])
+        kwargs["strides"] = tuple(int(v) for v in op.attrs.get("strides", (1, 1))[-2:])
+        if kwargs["ksize"][0] > shape[2] or kwargs["ksize"][1] > shape[3]:
+            raise Unsupported(f"{op.type} window larger than its input")
+    if name == "Cast":
+        out_dtype = _sim_dtype(outs[0].dtype) if outs else dtype
+        kwargs["out_dtype"] = out_dtype
+    if name in ("Add", "Sub", "Mul", "RealDiv", "Maximum", "Minimum") and len(ins) >= 2:
+        other = min(ins[:2], key=lambda t: _prod(t.shape))
+        if tuple(other.shape) != shape and len(other.shape) <= len(shape):
+            padded = (1,) * (len(shape) - len(other.shape)) + tuple(other.shape)
+            if all(o in (1, s) for o, s in zip(padded, shape)):
+                kwargs["broadcast"] = tuple(i for i, (o, s) in enumerate(zip(padded, shape)) if o == 1 and s != 1)
+    try:
+        base = VectorOp(name, shape, dtype=dtype, **kwargs)
+    except AoeError as exc:
+        raise Unsupported(f"{op.type}: {exc}") from None
+    key = schema_for(op.type).canonical_key(op.type, {
+        "input_shapes": [list(t.shape) for t in ins],
+        "input_dtypes": [t.dtype for t in ins],
+        "input_formats": [t.format for t in ins],
+        "output_dtypes": [t.dtype for t in outs],
+        "output_formats": [t.format for t in outs],
+        "attrs": _key_attrs(op.attrs),
+    })
+    default = Variant("ND", base)
+    impls = tuple(Variant(f"impl{i}", base, modes=_impl_modes(name, i), knowledge={"impl": i})
+                  for i in range(base.impls))
+    return OpCase(op.name, op.type, "vector", key, default, (default,), impls)
+
+
+def _impl_modes(name: str, impl: int) -> frozenset[str]:
+    """Precision modes an implementation is allowed under."""
+    if name.startswith("Reduce") and impl == 1:
+        return PERF_ONLY  # atomic accumulation across cores: order-dependent rounding
+    return BOTH
+
+
+def _key_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
+    """Attributes that identify a case (floats such as epsilon kept; bulky lists trimmed)."""
+    out = {}
+    for k, v in sorted(attrs.items()):
+        if isinstance(v, (bool, int, str)) or v is None:
+            out[k] = v
+        elif isinstance(v, float):
+            out[k] = v if math.isfinite(v) else str(v)
+        elif isinstance(v, (list, tuple)) and len(v) <= 16:
+            out[k] = [x if isinstance(x, (bool, int, str)) else str(x) for x in v]
+    return out
