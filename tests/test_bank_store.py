@@ -101,6 +101,20 @@ def test_canonical_key_accepts_names_and_defaults():
         s.check_knowledge(MM, {**mm_know(), "baseM": True})  # a flag, not an int
 
 
+def test_strategy_vector_conversion():
+    s = schema_for(MM)
+    vec = list(range(100, 123))
+    know = s.from_vector(vec, impl=2)
+    assert list(know)[:23] == list(MATMUL_KNOWLEDGE) and know["impl"] == 2
+    assert s.to_vector(know) == vec
+    with pytest.raises(BankKeyError, match="23 values"):
+        s.from_vector(vec[:-1])
+    with pytest.raises(BankKeyError, match="integers"):
+        s.from_vector([1.5] * 23)
+    import numpy as np
+    assert s.from_vector(np.arange(23, dtype=np.int64)) == s.from_vector(range(23))
+
+
 @settings(deadline=None)  # timing varies on shared CI machines
 @given(vals=st.lists(I64, min_size=len(MATMUL_KEY), max_size=len(MATMUL_KEY)))
 def test_matmul_packing_is_injective_and_little_endian_int64(vals):

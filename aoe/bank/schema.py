@@ -173,6 +173,23 @@ class OpSchema:
                 raise BankKeyError(f"{op_type} knowledge field {f!r} must be an int64 integer, got {v!r}")
 
 
+    def to_vector(self, knowledge: Mapping[str, Any]) -> list[int]:
+        """The schema knowledge fields in registry order (the simulator's strategy vector)."""
+        self.check_knowledge("knowledge", knowledge)
+        return [knowledge[f] for f in self.knowledge_fields]
+
+    def from_vector(self, values: Any, **extra: Any) -> dict[str, Any]:
+        """A knowledge dict from a strategy vector in registry order (plus extra fields)."""
+        try:  # operator.index: numpy integers become ints, floats are refused (no silent truncation)
+            vals = [operator.index(v) for v in values]
+        except TypeError:
+            raise BankKeyError(f"a {self.family} strategy must hold integers, got {list(values)!r}") from None
+        if len(vals) != len(self.knowledge_fields):
+            raise BankKeyError(f"a {self.family} strategy has {len(self.knowledge_fields)} values "
+                               f"({', '.join(self.knowledge_fields)}), got {len(vals)}")
+        return {**dict(zip(self.knowledge_fields, vals)), **extra}
+
+
 def _fixed(family: str, key: tuple[str, ...], knowledge: tuple[str, ...],
            defaults: Mapping[str, int]) -> OpSchema:
     return OpSchema(family, key, knowledge, dict(defaults), struct.Struct("<" + "q" * len(key)),
