@@ -18,7 +18,7 @@ def test_unknown_command_is_a_clean_error(capsys):
     assert "Traceback" not in err
 
 
-def test_console_script_runs():
-    proc = subprocess.run([sys.executable, "-m", "aoe.cli", "nope"], capture_output=True, text=True)
+def test_console_script_runs(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "aoe.cli", "nope"], capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr

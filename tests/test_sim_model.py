@@ -333,9 +333,10 @@ def test_native_layer_rejects_bad_arrays_with_python_errors():
         _sim.simulate_times(soc.native, _sim.K_MATMUL, op.params(), np.zeros((3,), np.int64))
 
 
-def test_cli_prints_json_and_errors_cleanly():
+def test_cli_prints_json_and_errors_cleanly(tmp_path):
+    # run outside the source tree so the installed package (with its extension) is imported
     proc = subprocess.run([sys.executable, "-m", "aoe.cli", "simulate", "--op", "MatMulV2", "--shape", "256,512",
-                           "--shape", "512,1024"], capture_output=True, text=True)
+                           "--shape", "512,1024"], capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["valid"] and out["strategy_source"] == "default" and out["time_us"] > 0
@@ -343,6 +344,7 @@ def test_cli_prints_json_and_errors_cleanly():
     for bad in (["--op", "Nope", "--shape", "4"], ["--op", "Add", "--shape", "4,x"],
                 ["--op", "Add", "--shape", "4", "--soc_version", "Ascend1"],
                 ["--op", "MatMulV2", "--shape", "4,4", "--shape", "4,4", "--strategy", "{bad json"]):
-        proc = subprocess.run([sys.executable, "-m", "aoe.cli", "simulate", *bad], capture_output=True, text=True)
+        proc = subprocess.run([sys.executable, "-m", "aoe.cli", "simulate", *bad], capture_output=True, text=True,
+                              cwd=tmp_path)
         assert proc.returncode == 2 and proc.stderr.startswith("aoe: error:"), (bad, proc.stderr)
         assert "Traceback" not in proc.stderr
