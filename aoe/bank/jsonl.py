@@ -116,14 +116,33 @@ def signature(st: os.stat_result) -> Signature:
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
+_UNREADABLE = (-1, -1, -1)  # equals no real signature: the caller re-reads and reports the error
+
+
+def current_signature(path: str) -> Signature | None:
+    """The signature of the file at `path` now (None: no such file); one stat call."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return _UNREADABLE
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
 def _open_nofollow(path: Path) -> int:
     try:
         return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except PermissionError:
+        raise AoeError(f"cannot read bank file {path}: permission denied; ask its owner to make it "
+                       f"group-readable or fix the bank directory's permissions") from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:  # the final component is a symlink
             raise AoeError(f"bank file {path} is a symbolic link; aoe refuses to follow links inside "
                            f"a bank directory (remove the link)") from None
-        raise
+        raise AoeError(f"cannot read bank file {path}: {exc.strerror}") from None
 
 
 def read_lines(path: Path, check: Callable[[Any], str | None], warn: bool = True) -> Lines:
@@ -133,9 +152,6 @@ def read_lines(path: Path, check: Callable[[Any], str | None], warn: bool = True
         fd = _open_nofollow(path)
     except FileNotFoundError:
         return out
-    except PermissionError:
-        raise AoeError(f"cannot read bank file {path}: permission denied; ask its owner to make it "
-                       f"group-readable or fix the bank directory's permissions") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

@@ -254,22 +254,10 @@ class OpBank:
         in-place edit, so a cached index never hides a new entry.
         """
         hit = self._cache.get(op_type)
-        if hit is not None:
-            if not self.revalidate:
-                return hit[2]
-            path = hit[0]
-            try:
-                st = os.stat(path)
-                if hit[1] == (st.st_mtime_ns, st.st_size, st.st_ino):
-                    return hit[2]
-            except FileNotFoundError:
-                if hit[1] is None:
-                    return hit[2]
-            except OSError as exc:
-                raise AoeError(f"cannot access bank file {path}: {exc.strerror}") from None
-        else:
-            path = str(self.path_for(op_type))
-        f = self._load(op_type, Path(path))
+        if hit is not None and (not self.revalidate or jsonl.current_signature(hit[0]) == hit[1]):
+            return hit[2]
+        path = hit[0] if hit is not None else str(self.path_for(op_type))
+        f = self._load(op_type, Path(path))  # reports whatever made the stat fail
         self._cache[op_type] = (path, f.lines.sig, f)
         return f
 

@@ -63,11 +63,7 @@ class SubgraphBank:
         self._cached: tuple[jsonl.Signature | None, jsonl.Lines, dict[str, int]] | None = None
 
     def _current(self) -> tuple[jsonl.Lines, dict[str, int]]:
-        try:
-            sig: jsonl.Signature | None = jsonl.signature(os.stat(self.path))
-        except FileNotFoundError:
-            sig = None
-        if self._cached is None or self._cached[0] != sig:
+        if self._cached is None or self._cached[0] != jsonl.current_signature(str(self.path)):
             lines = jsonl.read_lines(self.path, _check)
             self._cached = (lines.sig, lines, _index(lines))
         return self._cached[1], self._cached[2]
