@@ -2,7 +2,6 @@
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -11,7 +10,6 @@ from aoe.bank.schema import MATMUL_KNOWLEDGE
 from aoe.cli import main
 
 SOC, MM = "Ascend910B2", "MatMulV3"
-REPO = Path(__file__).resolve().parent.parent
 
 
 def key(m):
@@ -156,6 +154,6 @@ def test_help_documents_location_and_soc(capsys):
 
 def test_console_entry_point(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "aoe.cli", "bank", "--tune_bank_path", str(tmp_path), "verify"],
-                          capture_output=True, text=True, cwd=str(REPO))
+                          capture_output=True, text=True, cwd=tmp_path)  # the installed aoe
     assert proc.returncode == 0, proc.stderr
     assert "damaged" in proc.stdout

@@ -10,11 +10,13 @@ import time
 import warnings
 from pathlib import Path
 
+import aoe
 from aoe.bank import BankWarning, OpBank, SubgraphBank, make_pending
 from aoe.bank.schema import MATMUL_KNOWLEDGE
 
 SOC, MM = "Ascend910B2", "MatMulV3"
-REPO = Path(__file__).resolve().parent.parent
+# children import the same aoe as this test process (the installed package in CI)
+AOE_PARENT = str(Path(aoe.__file__).resolve().parent.parent)
 
 PRELUDE = """
 import json, sys, warnings
@@ -54,20 +56,20 @@ print("reads", reads, "last", last, flush=True)
 
 def _env():
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([AOE_PARENT, env.get("PYTHONPATH", "")])
     return env
 
 
-def _spawn(code, *args):
+def _spawn(code, cwd, *args):
     return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
-                            cwd=str(REPO))
+                            cwd=str(cwd))
 
 
 def test_four_writers_lose_nothing(tmp_path):
     writers, n = 4, 200
-    procs = [_spawn(WRITER, tmp_path, w, n) for w in range(writers)]
-    reader = _spawn(READER, tmp_path, 3.0)
+    procs = [_spawn(WRITER, tmp_path, tmp_path, w, n) for w in range(writers)]
+    reader = _spawn(READER, tmp_path, tmp_path, 3.0)
     for p in procs + [reader]:
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
@@ -113,7 +115,7 @@ def test_kill_9_during_save_leaves_a_loadable_bank(tmp_path):
     lock = path.with_name(f".{path.name}.lock")
     start, saved = 5000, 5000
     for _ in range(6):
-        p = _spawn(KILLED, tmp_path, start)
+        p = _spawn(KILLED, tmp_path, tmp_path, start)
         time.sleep(0.2 + rng.random() * 0.5)
         # kill it while it holds the bank lock, i.e. in the middle of a save
         deadline = time.time() + 20
