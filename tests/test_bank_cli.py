@@ -95,13 +95,13 @@ def test_import_refuses_other_socs_and_bad_records(tmp_path, bank_dir, capsys):
     cann = {"id": 1, "op": MM, "version": 1, "info_dict": key(64), "knowledge": know(4)}
     lines = [json.dumps({**cann, "aoe": {"soc": "Ascend310P3", "core_num": 8}}),
              json.dumps({**cann, "info_dict": {"m": 1}}), "{broken", json.dumps({**cann, "op": "../x"}),
-             json.dumps(cann)]
+             json.dumps({"repo_key": "", "knowledge": {}}), json.dumps(cann)]
     f.write_text("\n".join(lines) + "\n")
     rc, out, err = run(capsys, "import", str(f))
     assert rc == 1
     assert f"{f}:1: rejected" in err and "Ascend310P3" in err
-    assert f"{f}:2:" in err and f"{f}:3:" in err and f"{f}:4:" in err
-    assert "1 added" in out and "4 rejected" in out
+    assert f"{f}:2:" in err and f"{f}:3:" in err and f"{f}:4:" in err and f"{f}:5:" in err
+    assert "1 added" in out and "5 rejected" in out
     e = OpBank(bank_dir / SOC, SOC).lookup(MM, key(64))
     assert e.knowledge == know(4) and e.perf_us is None  # a CANN record: performance unknown
     rc, out, err = run(capsys, "import", str(f), "--force")

@@ -14,7 +14,7 @@ from . import jsonl
 from .paths import check_name, core_num_for, resolve_op_bank_dir, resolve_subgraph_bank_dir
 from .schema import BankKeyError, schema_for
 from .store import BuiltinBank, Entry, OpBank, Pending, make_pending
-from .subgraph import SubgraphBank
+from .subgraph import SubgraphBank, subgraph_record
 
 DEFAULT_SOC = "Ascend910B2"
 
@@ -94,10 +94,8 @@ def _ls(b: _Banks, as_json: bool) -> int:
         else:
             print(_summary(e))
     for s in b.subgraph.entries():
-        rec = {"source": "custom", "repo_key": s.repo_key, "version": s.version,
-               "knowledge": s.knowledge, "aoe": s.aoe}
         if as_json:
-            print(json.dumps(rec))
+            print(json.dumps({"source": "custom", **s.record()}))
         else:
             perf = "-" if s.perf_us is None else f"{s.perf_us:.3f}us"
             print(f"{'custom':<8} {'subgraph':<20} {s.repo_key:>10}  {perf:>12}")
@@ -117,8 +115,7 @@ def _show(b: _Banks, key: str) -> int:
                 found.append({"source": e.source, **e.record()})
     for s in b.subgraph.entries():
         if s.repo_key == key:
-            found.append({"source": "custom", "repo_key": s.repo_key, "version": s.version,
-                          "knowledge": s.knowledge, "aoe": s.aoe})
+            found.append({"source": "custom", **s.record()})
     if not found:
         raise AoeError(f"no bank entry with id or repo_key {key!r} for {b.soc} (core_num "
                        f"{b.core_num}) in {b.custom.root}, the built-in bank or {b.subgraph.path}; "
@@ -137,8 +134,7 @@ def _export(b: _Banks, file: str) -> int:
         out.append(jsonl.dumps(rec))
         n_op += 1
     for s in b.subgraph.entries():
-        out.append(jsonl.dumps({"repo_key": s.repo_key, "version": s.version,
-                                "knowledge": s.knowledge, "aoe": {**s.aoe, "soc": b.soc}}))
+        out.append(jsonl.dumps({**s.record(), "aoe": {**s.aoe, "soc": b.soc}}))
         n_sg += 1
     path = Path(file).absolute()
     if not path.parent.is_dir():
@@ -154,13 +150,13 @@ def _import(b: _Banks, file: str, force: bool) -> int:
         raise AoeError(f"import file {path} does not exist or is not a file")
     lines = jsonl.read_lines(path, lambda rec: None if type(rec) is dict else "not a JSON object",
                              warn=False)
-    rejected = [(n, why) for n, why in lines.problems]
+    rejected = list(lines.problems)
     ops: list[Pending] = []
     subgraphs = []
     for rec, n in zip(lines.recs, lines.linenos):
         if rec is None:
             continue
-        aoe = dict(rec.get("aoe") or {}) if isinstance(rec.get("aoe"), dict) else {}
+        aoe = dict(rec["aoe"]) if isinstance(rec.get("aoe"), dict) else {}
         soc, core = aoe.pop("soc", None), aoe.pop("core_num", None)
         if not force and ((soc is not None and soc != b.soc)
                           or (core is not None and "op" in rec and core != b.core_num)):
@@ -170,7 +166,9 @@ def _import(b: _Banks, file: str, force: bool) -> int:
         perf, default = aoe.pop("perf_us", None), aoe.pop("default_perf_us", None)
         try:
             if "repo_key" in rec:
-                subgraphs.append((rec["repo_key"], rec["knowledge"], perf, default, aoe))
+                item = (rec["repo_key"], rec["knowledge"], perf, default, aoe)
+                subgraph_record(*item)  # reject a bad one here, not the whole batch at save
+                subgraphs.append(item)
             else:
                 ops.append(make_pending(rec["op"], rec["info_dict"], rec["knowledge"], perf,
                                         default, aoe))

@@ -30,6 +30,11 @@ class SubgraphEntry:
     default_perf_us: float | None
     aoe: dict[str, Any] = field(default_factory=dict)
 
+    def record(self) -> dict[str, Any]:
+        """The JSON record of this entry."""
+        return {"repo_key": self.repo_key, "version": self.version, "knowledge": self.knowledge,
+                "aoe": self.aoe}
+
 
 def _check(rec: Any) -> str | None:
     if type(rec) is not dict:
@@ -52,6 +57,25 @@ def _entry(rec: dict[str, Any]) -> SubgraphEntry:
 def _index(lines: jsonl.Lines) -> dict[str, int]:
     # the last record of a key counts
     return {rec["repo_key"]: i for i, rec in enumerate(lines.recs) if rec is not None}
+
+
+def subgraph_record(repo_key: str, knowledge: Mapping[str, Any], perf_us: float | None,
+                    default_perf_us: float | None = None,
+                    extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A validated subgraph record (AoeError when a field is unusable)."""
+    if not isinstance(repo_key, (str, int)) or isinstance(repo_key, bool) or str(repo_key) == "":
+        raise AoeError(f"repo_key must be a non-empty string, got {repo_key!r}")
+    if not isinstance(knowledge, Mapping):
+        raise AoeError(f"subgraph knowledge must be an object, got {type(knowledge).__name__}")
+    aoe: dict[str, Any] = dict(extra or {})
+    for name, v in (("perf_us", perf_us), ("default_perf_us", default_perf_us)):
+        if v is not None:
+            if _perf(v) is None:
+                raise AoeError(f"{name} must be a non-negative number of microseconds, got {v!r}")
+            aoe[name] = float(v)
+    return {"repo_key": str(repo_key), "version": RECORD_VERSION,
+            "knowledge": jsonl.plain_json(dict(knowledge), "subgraph knowledge"),
+            "aoe": jsonl.plain_json(aoe, "aoe extra fields")}
 
 
 class SubgraphBank:
@@ -92,19 +116,7 @@ class SubgraphBank:
     def save(self, items: Iterable[tuple[str, Mapping[str, Any], float | None, float | None,
                                          Mapping[str, Any] | None]]) -> list[str]:
         """Merge (repo_key, knowledge, perf_us, default_perf_us, extra) items under the lock."""
-        recs = []
-        for repo_key, knowledge, perf, default, extra in items:
-            if not isinstance(repo_key, (str, int)) or isinstance(repo_key, bool) or str(repo_key) == "":
-                raise AoeError(f"repo_key must be a non-empty string, got {repo_key!r}")
-            aoe: dict[str, Any] = dict(extra or {})
-            for name, v in (("perf_us", perf), ("default_perf_us", default)):
-                if v is not None:
-                    if _perf(v) is None:
-                        raise AoeError(f"{name} must be a non-negative number of microseconds, got {v!r}")
-                    aoe[name] = float(v)
-            recs.append({"repo_key": str(repo_key), "version": RECORD_VERSION,
-                         "knowledge": jsonl.plain_json(dict(knowledge), "subgraph knowledge"),
-                         "aoe": jsonl.plain_json(aoe, "aoe extra fields")})
+        recs = [subgraph_record(*item) for item in items]
         outcomes = [""] * len(recs)
 
         def merge(lines: jsonl.Lines) -> bool:
