@@ -89,6 +89,9 @@ def test_canonical_key_accepts_names_and_defaults():
     assert list(key) == list(MATMUL_KEY)
     assert key["b_format"] == 29 and key["out_dtype"] == 0 and key["trans_b_flag"] == 1
     assert key["batch_a3"] == 1 and key["bias_flag"] == 0
+    import numpy as np  # keys built from graph arrays: numpy integers become plain ints
+    nk = s.canonical_key(MM, {**key, "m": np.int64(16), "a_dtype": np.int32(1)})
+    assert nk == key and type(nk["m"]) is int and type(nk["a_dtype"]) is int
     with pytest.raises(BankKeyError, match="missing field 'm'"):
         s.canonical_key(MM, {"k": 1})
     with pytest.raises(BankKeyError, match="not in the matmul schema"):

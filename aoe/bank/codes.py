@@ -5,6 +5,8 @@ converting graph attributes. Other modules (graph importer, simulator front end)
 """
 from __future__ import annotations
 
+import operator
+
 from ..errors import AoeError
 
 # ge::DataType values (graph/types.h). Only codes the project handles are listed; add more here.
@@ -52,10 +54,11 @@ def _code(value: object, table: dict[str, int], names: dict[int, str], prefix: s
           aliases: dict[str, str], what: str) -> int:
     if isinstance(value, bool):
         raise AoeError(f"{what} {value!r} is not a {what}; use a name such as {next(iter(table))}")
-    if isinstance(value, int):
-        if value in names:
-            return value
-        raise AoeError(f"unknown {what} code {value}; known: {sorted(names)}")
+    if not isinstance(value, (str, bytes, float)) and hasattr(value, "__index__"):
+        code = operator.index(value)  # ints and numpy integers
+        if code in names:
+            return code
+        raise AoeError(f"unknown {what} code {code}; known: {sorted(names)}")
     if isinstance(value, str):
         key = value.strip()
         if key in table:

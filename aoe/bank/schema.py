@@ -13,8 +13,9 @@ Packing (what the uint32 `id` hashes; stable across versions, never change witho
   `attrs` as u32 length + UTF-8 of its canonical JSON (keys sorted, no spaces, no NaN/Infinity).
 Integers in keys are JSON integers; in MatMul/Conv keys a boolean counts as 0/1 (so a flag given
 as `true` is the same case as `1`), while vector `attrs` keep `true` and `1` apart (their canonical
-JSON differs). Dtype/format fields hold the codes of `aoe.bank.codes`. `canonical_key` accepts friendlier input (names, bools for flags, defaults) and
-returns the exact dict that is stored and packed.
+JSON differs). Dtype/format fields hold the codes of `aoe.bank.codes`. `canonical_key` accepts
+friendlier input (dtype/format names, bools for flags, numpy integers, defaults) and returns the
+exact dict that is stored and packed.
 """
 from __future__ import annotations
 
@@ -80,11 +81,12 @@ def _is_int(v: object) -> bool:
 
 
 def _as_int(name: str, v: object) -> int:
-    if isinstance(v, bool):
-        return int(v)
-    if _is_int(v):
-        return v  # type: ignore[return-value]
-    raise BankKeyError(f"key field {name!r} must be an integer, got {v!r}")
+    if isinstance(v, (str, bytes, float)):
+        raise BankKeyError(f"key field {name!r} must be an integer, got {v!r}")
+    try:  # bools become 0/1 and numpy integers plain ints, so the stored JSON is plain
+        return operator.index(v)  # type: ignore[arg-type]
+    except TypeError:
+        raise BankKeyError(f"key field {name!r} must be an integer, got {v!r}") from None
 
 
 @dataclass(frozen=True)
