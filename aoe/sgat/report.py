@@ -1,0 +1,140 @@
+"""SGAT results: per-subgraph records, the model-level report and its SPEC §4 result section."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..bank.decision import Counters, Outcome
+
+
+def improvement(before: float, after: float) -> str:
+    """`(before / after - 1) * 100` with two decimals and a percent sign (SPEC §4)."""
+    if after <= 0:
+        return "0.00%"
+    return f"{(before / after - 1.0) * 100.0:.2f}%"
+
+
+def _ms(us: float) -> float:
+    # result files carry ms; keep enough digits that the improvement can be recomputed from them
+    return round(us / 1000.0, 6)
+
+
+@dataclass
+class SubgraphRecord:
+    """One distinct subgraph case (its identical instances share the key and the plan)."""
+
+    repo_key: str
+    ops: list[str]                      # operator names of the first instance (views included)
+    op_types: list[str]                 # kernel types in order
+    instances: list[list[str]]          # operator names of every instance
+    baseline_us: float                  # unfused plan (every op its own kernel, CANN default)
+    before_us: float                    # the strategy in use before tuning (bank plan or unfused)
+    after_us: float                     # the strategy in use after (best found, or the banked plan)
+    outcome: Outcome
+    method: str                         # search that produced the tuned plan ("" when not tuned)
+    plan: list[int]                     # the plan in use after tuning
+    evaluated: int = 0                  # plans priced
+
+    @property
+    def count(self) -> int:
+        """Number of instances in the graph."""
+        return len(self.instances)
+
+    @property
+    def before_ms(self) -> float:
+        """Time before tuning, ms."""
+        return self.before_us / 1000.0
+
+    @property
+    def after_ms(self) -> float:
+        """Time after tuning, ms."""
+        return self.after_us / 1000.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (for logs and progress output)."""
+        return {"repo_key": self.repo_key, "ops": self.ops, "op_types": self.op_types, "count": self.count,
+                "baseline_us": self.baseline_us, "before_us": self.before_us, "after_us": self.after_us,
+                "outcome": self.outcome.value, "method": self.method, "plan": self.plan,
+                "evaluated": self.evaluated}
+
+
+@dataclass
+class SgatReport:
+    """Outcome of subgraph tuning of one graph."""
+
+    soc: str
+    model_baseline_us: float
+    model_result_us: float
+    records: list[SubgraphRecord] = field(default_factory=list)
+    counters: Counters = field(default_factory=Counters)
+    n_subgraphs: int = 0                # every subgraph of the partition (singletons included)
+    tuning_time_s: float = 0.0
+
+    @property
+    def model_baseline_ms(self) -> float:
+        """Whole-graph time with every operator its own kernel (CANN defaults), ms."""
+        return self.model_baseline_us / 1000.0
+
+    @property
+    def model_result_ms(self) -> float:
+        """Whole-graph time with the subgraph plans in use after tuning, ms."""
+        return self.model_result_us / 1000.0
+
+    def to_result_section(self) -> dict[str, Any]:
+        """The `SGAT` object of a result file (SPEC §4)."""
+        add, update = [], []
+        for r in self.records:
+            if not r.outcome.writes:
+                continue
+            entry = {"performance_before_tune(ms)": _ms(r.before_us),
+                     "performance_after_tune(ms)": _ms(r.after_us),
+                     "performance_improvement": improvement(r.before_us, r.after_us),
+                     "repo_key": r.repo_key}
+            (add if r.outcome is Outcome.ADD else update).append(entry)
+        return {
+            "model_baseline_performance(ms)": _ms(self.model_baseline_us),
+            "model_result_performance(ms)": _ms(self.model_result_us),
+            "model_performance_improvement": improvement(self.model_baseline_us, self.model_result_us),
+            "repo_modified_subgraphs": {"add_repo_subgraphs": add, "update_repo_subgraphs": update},
+            "repo_summary": self.counters.to_dict(),
+        }
+
+
+_PERF = {"type": "number", "minimum": 0}
+_PCT = {"type": "string", "pattern": r"^-?[0-9]+\.[0-9]{2}%$"}
+_ENTRY = {
+    "type": "object",
+    "required": ["performance_before_tune(ms)", "performance_after_tune(ms)", "performance_improvement",
+                 "repo_key"],
+    "additionalProperties": False,
+    "properties": {"performance_before_tune(ms)": _PERF, "performance_after_tune(ms)": _PERF,
+                   "performance_improvement": _PCT, "repo_key": {"type": "string", "minLength": 1}},
+}
+_COUNT = {"type": "integer", "minimum": 0}
+SGAT_SECTION_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "SGAT result section (SPEC §4)",
+    "type": "object",
+    "required": ["model_baseline_performance(ms)", "model_result_performance(ms)",
+                 "model_performance_improvement", "repo_modified_subgraphs", "repo_summary"],
+    "additionalProperties": False,
+    "properties": {
+        "model_baseline_performance(ms)": _PERF,
+        "model_result_performance(ms)": _PERF,
+        "model_performance_improvement": _PCT,
+        "repo_modified_subgraphs": {
+            "type": "object", "required": ["add_repo_subgraphs", "update_repo_subgraphs"],
+            "additionalProperties": False,
+            "properties": {"add_repo_subgraphs": {"type": "array", "items": _ENTRY},
+                           "update_repo_subgraphs": {"type": "array", "items": _ENTRY}},
+        },
+        "repo_summary": {
+            "type": "object",
+            "required": ["repo_add_num", "repo_hit_num", "repo_reserved_num", "repo_unsatisfied_num",
+                         "repo_update_num", "total_num"],
+            "additionalProperties": False,
+            "properties": {k: _COUNT for k in ("repo_add_num", "repo_hit_num", "repo_reserved_num",
+                                               "repo_unsatisfied_num", "repo_update_num", "total_num")},
+        },
+    },
+}

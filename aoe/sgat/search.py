@@ -1,0 +1,224 @@
+"""Plan search for one subgraph: exact DP on chains, exhaustive when small, beam + local search else.
+
+All three call the same evaluator (`evaluator.py`), so they agree on what a plan costs:
+- `dp_chain`: kernels 0 -> 1 -> ... -> n-1. Every kernel is a contiguous segment and its cost
+  depends only on the segment, the tile index and the L2 flag (the L2 capacity rule becomes a rule
+  on each segment boundary), so a shortest path over segment boundaries per (tile, L2) is exact.
+- `exhaustive`: every plan, in batches (used up to `EXHAUSTIVE_LIMIT` plans).
+- `beam`: decides the edges in order, keeping the `width` best partial plans per step (undecided
+  edges completed consistently: fused when their ends are already in one kernel), starting from every
+  (tile, L2) pair; then first-improvement local search over single changes until none helps.
+Ties are broken by the plan's position in lexicographic order, so every search is deterministic.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from .evaluator import evaluate, kernel_costs, unfused_plan
+from .model import N_TILES, RegionData
+
+EXHAUSTIVE_LIMIT = 65536
+BATCH = 65536
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The best plan found for one subgraph."""
+
+    plan: np.ndarray
+    time_us: float
+    method: str          # dp | exhaustive | beam | baseline
+    evaluated: int       # plans (or kernels, for dp) priced
+
+
+def _best(plans: np.ndarray, times: np.ndarray) -> int:
+    """Index of the fastest plan; ties go to the lexicographically smallest plan."""
+    t = times.min()
+    idx = np.flatnonzero(times == t)
+    if len(idx) == 1:
+        return int(idx[0])
+    sub = plans[idx]
+    order = np.lexsort(sub.T[::-1])
+    return int(idx[order[0]])
+
+
+def all_plans(rd: RegionData, start: int = 0, stop: int | None = None) -> np.ndarray:
+    """Plans number start..stop-1 of the whole space (edge bits vary fastest, then tile, then L2)."""
+    e = rd.n_edges
+    stop = rd.n_plans if stop is None else min(stop, rd.n_plans)
+    k = np.arange(start, stop, dtype=np.int64)
+    out = np.empty((len(k), e + 2), dtype=np.int64)
+    if e:
+        out[:, :e] = (k[:, None] >> np.arange(e, dtype=np.int64)) & 1
+    out[:, e] = (k >> e) % N_TILES
+    out[:, e + 1] = (k >> e) // N_TILES
+    return out
+
+
+def exhaustive(rd: RegionData) -> SearchResult:
+    """The optimum over every plan."""
+    best_plan, best_t = unfused_plan(rd), float("inf")
+    for s in range(0, rd.n_plans, BATCH):
+        plans = all_plans(rd, s, s + BATCH)
+        t = evaluate(rd, plans)
+        i = _best(plans, t)
+        if t[i] < best_t:
+            best_plan, best_t = plans[i].copy(), float(t[i])
+    return SearchResult(best_plan, best_t, "exhaustive", rd.n_plans)
+
+
+def dp_chain(rd: RegionData) -> SearchResult:
+    """Exact optimum of a chain subgraph by dynamic programming over segment boundaries."""
+    if not rd.is_chain:
+        raise ValueError("dp_chain needs a chain subgraph (edges i -> i+1 only)")
+    n = rd.n
+    segs = [(a, b) for a in range(n) for b in range(a, n)]
+    masks = np.array([((1 << (b + 1)) - 1) ^ ((1 << a) - 1) for a, b in segs], dtype=np.int64)
+    # bytes handed from op a-1 to later kernels across the boundary before op a
+    handoff = np.zeros(n + 1)
+    for t in range(rd.tens.shape[0]):
+        p, readers = int(rd.tens[t, 0]), int(rd.tens[t, 1])
+        if readers:
+            handoff[p + 1] += rd.tensf[t, 0]
+    from .model import S_L2CAP
+    cap = rd.socp[S_L2CAP]
+    best: tuple[float, tuple[int, ...], int, int] | None = None
+    evaluated = 0
+    for l2 in (0, 1):
+        for tile in range(N_TILES):
+            cost = kernel_costs(rd, masks, tile, l2)
+            evaluated += len(masks)
+            seg_cost = {s: float(c) for s, c in zip(segs, cost)}
+            # f[b] = best time of ops 0..b-1, with its segment ends (lexicographically smallest on ties)
+            f: list[tuple[float, tuple[int, ...]]] = [(0.0, ())] + [(float("inf"), ())] * n
+            for b in range(1, n + 1):
+                for a in range(b):
+                    if l2 and a > 0 and handoff[a] > cap:
+                        continue
+                    v = f[a][0] + seg_cost[(a, b - 1)]
+                    cand = (v, f[a][1] + (b - 1,))
+                    if cand[0] < f[b][0] or (cand[0] == f[b][0] and cand[1] < f[b][1]):
+                        f[b] = cand
+            cand_best = (f[n][0], f[n][1], tile, l2)
+            if best is None or cand_best[0] < best[0]:
+                best = cand_best
+    assert best is not None
+    _, ends, tile, l2 = best
+    plan = np.zeros(rd.plan_width, dtype=np.int64)
+    ends_set = set(ends)
+    for i in range(n - 1):
+        plan[i] = 0 if i in ends_set else 1
+    plan[n - 1] = tile
+    plan[n] = l2
+    t = float(evaluate(rd, plan[None])[0])
+    return SearchResult(plan, t, "dp", evaluated)
+
+
+@njit(cache=True)
+def _complete(plans, k, edges, n):
+    """Fill edges k.. of each plan: fused iff its ends are already in one kernel."""
+    ne = edges.shape[0]
+    label = np.empty(n, dtype=np.int64)
+    for p in range(plans.shape[0]):
+        for i in range(n):
+            label[i] = i
+        changed = True
+        while changed:
+            changed = False
+            for e in range(k):
+                if plans[p, e] == 1:
+                    a = label[edges[e, 0]]
+                    b = label[edges[e, 1]]
+                    if a != b:
+                        lo = min(a, b)
+                        for i in range(n):
+                            if label[i] == a or label[i] == b:
+                                label[i] = lo
+                        changed = True
+        for e in range(k, ne):
+            plans[p, e] = 1 if label[edges[e, 0]] == label[edges[e, 1]] else 0
+    return plans
+
+
+def beam(rd: RegionData, width: int = 32) -> SearchResult:
+    """Deterministic beam search over the edges, then local search from the best plan."""
+    e = rd.n_edges
+    w = rd.plan_width
+    starts = np.zeros((N_TILES * 2, w), dtype=np.int64)
+    starts[:, e] = np.tile(np.arange(N_TILES), 2)
+    starts[:, e + 1] = np.repeat([0, 1], N_TILES)
+    states = starts
+    evaluated = 0
+    for k in range(e):
+        cand = np.repeat(states, 2, axis=0)
+        cand[:, k] = np.tile([0, 1], len(states))
+        cand = _complete(cand, k + 1, rd.edges, rd.n)
+        cand = np.unique(cand, axis=0)          # sorted rows: deterministic order
+        t = evaluate(rd, cand)
+        evaluated += len(cand)
+        order = np.argsort(t, kind="stable")[:width]
+        order = order[np.isfinite(t[order])] if np.isfinite(t[order]).any() else order
+        states = cand[order]
+    t = evaluate(rd, states)
+    evaluated += len(states)
+    i = _best(states, t)
+    plan, best_t = states[i].copy(), float(t[i])
+    plan, best_t, n_ls = local_search(rd, plan, best_t)
+    base = unfused_plan(rd)
+    base_t = float(evaluate(rd, base[None])[0])
+    if base_t < best_t:
+        plan, best_t = base, base_t
+    return SearchResult(plan, best_t, "beam", evaluated + n_ls + 1)
+
+
+def neighbours(rd: RegionData, plan: np.ndarray) -> np.ndarray:
+    """Plans one change away: one edge flipped, another tile index, the L2 flag flipped."""
+    e = rd.n_edges
+    rows = []
+    for k in range(e):
+        q = plan.copy()
+        q[k] ^= 1
+        rows.append(q)
+    for tl in range(N_TILES):
+        if tl != plan[e]:
+            q = plan.copy()
+            q[e] = tl
+            rows.append(q)
+    q = plan.copy()
+    q[e + 1] ^= 1
+    rows.append(q)
+    return np.array(rows, dtype=np.int64)
+
+
+def local_search(rd: RegionData, plan: np.ndarray, t: float, max_rounds: int = 100) -> tuple[np.ndarray, float, int]:
+    """Move to the best improving neighbour until none improves."""
+    evaluated = 0
+    for _ in range(max_rounds):
+        nb = neighbours(rd, plan)
+        # also try each edge flip with consistent completion of the rest
+        tv = evaluate(rd, nb)
+        evaluated += len(nb)
+        i = _best(nb, tv)
+        if not tv[i] < t:
+            break
+        plan, t = nb[i].copy(), float(tv[i])
+    return plan, t, evaluated
+
+
+def search(rd: RegionData, method: str = "auto") -> SearchResult:
+    """Best plan of one subgraph: `auto` = dp on chains, exhaustive when small, beam otherwise."""
+    if rd.n_edges == 0:
+        p = unfused_plan(rd)
+        return SearchResult(p, float(evaluate(rd, p[None])[0]), "baseline", 1)
+    if method == "auto":
+        method = "dp" if rd.is_chain else ("exhaustive" if rd.n_plans <= EXHAUSTIVE_LIMIT else "beam")
+    if method == "dp":
+        return dp_chain(rd)
+    if method == "exhaustive":
+        return exhaustive(rd)
+    if method == "beam":
+        return beam(rd)
+    raise ValueError(f"unknown search method {method!r}; use auto, dp, exhaustive or beam")

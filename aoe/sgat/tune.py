@@ -1,0 +1,176 @@
+"""Subgraph tuning of a whole graph: partition, price, search, bank decision, report."""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..bank.decision import Counters, Outcome, decide, should_tune
+from ..bank.subgraph import SubgraphBank
+from ..errors import AoeError
+from ..graph.ir import Graph, Op
+from ..soc import Soc, load_soc
+from .evaluator import evaluate, unfused_plan
+from .keys import describe_structure, plan_from_knowledge, plan_knowledge, repo_key
+from .model import CostCache, RegionData, region_data
+from .partition import Subgraph, partition
+from .report import SgatReport, SubgraphRecord
+from .search import search
+
+UNSUPPORTED_PREFIXES = ("Ascend910B", "Ascend910_93")
+
+
+def check_soc(soc: Soc) -> None:
+    """Refuse SoCs on which real AOE does not support subgraph tuning (Atlas A2/A3)."""
+    if soc.name.startswith(UNSUPPORTED_PREFIXES):
+        raise AoeError(f"subgraph tuning (AOE_MODE=1) is not supported on {soc.name} (Atlas A2/A3 "
+                       "series); use operator tuning (AOE_MODE=2) on this SoC, or subgraph-tune for "
+                       "Ascend910A / Ascend310P3")
+
+
+@dataclass
+class Case:
+    """One distinct subgraph: its cost data, key and every instance in the graph."""
+
+    key: str
+    rd: RegionData
+    subs: list[Subgraph]
+
+
+@dataclass
+class Prepared:
+    """A partitioned, priced graph: the distinct tunable cases and the time of everything else."""
+
+    subgraphs: list[Subgraph]
+    cases: list[Case]
+    fixed_us: float          # kernels outside tunable subgraphs, at their default time
+    baseline_us: float       # the whole graph unfused
+
+
+def prepare(graph: Graph, soc: Soc) -> Prepared:
+    """Partition `graph` and price every kernel once; group identical subgraphs by repo_key."""
+    subs = partition(graph)
+    costs = CostCache(soc)
+    producer: dict[str, Op] = {t: op for op in graph.ops for t in op.outputs}
+    readers: dict[str, list[Op]] = {}
+    for op in graph.ops:
+        for t in op.inputs:
+            readers.setdefault(t, []).append(op)
+    outputs = set(graph.outputs)
+    cases: dict[str, Case] = {}
+    fixed = 0.0
+    baseline = 0.0
+    from ..ops import describe
+
+    for sub in subs:
+        if sub.unsupported:
+            continue
+        if not sub.tunable:
+            for op in sub.kernels:
+                t = costs.price(describe(graph, op).default.sim_op)[0]
+                fixed += t
+                baseline += t
+            continue
+        rd = region_data(graph, sub, soc, costs, producer, readers, outputs)
+        key = repo_key(describe_structure(graph, sub, soc, rd, producer))
+        baseline += rd.baseline_us()
+        if key in cases:
+            cases[key].subs.append(sub)
+        else:
+            cases[key] = Case(key, rd, [sub])
+    return Prepared(subs, list(cases.values()), fixed, baseline)
+
+
+def _time(rd: RegionData, plan: np.ndarray) -> float:
+    return float(evaluate(rd, plan[None])[0])
+
+
+def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | None = None,
+               repeat_tune: bool = False, on_subgraph: Callable[[SubgraphRecord], None] | None = None,
+               method: str = "auto") -> SgatReport:
+    """Subgraph-tune `graph` on `soc`; with `bank_dir`, read and write its subgraph bank (SPEC §3).
+
+    Without `bank_dir` nothing is read or written (every case counts as not in a bank). Identical
+    subgraphs (same repo_key) are tuned once. `on_subgraph` is called once per distinct subgraph,
+    in graph order, right after its bank decision.
+    """
+    soc = load_soc(soc)
+    check_soc(soc)
+    start = time.perf_counter()
+    prep = prepare(graph, soc)
+    bank = SubgraphBank(bank_dir) if bank_dir is not None else None
+    counters = Counters()
+    records: list[SubgraphRecord] = []
+    result_us = prep.fixed_us
+    for case in prep.cases:
+        rd = case.rd
+        base = unfused_plan(rd)
+        base_t = _time(rd, base)
+        entry = bank.lookup(case.key) if bank is not None else None
+        in_bank = entry is not None
+        in_use_plan, in_use_t = base, base_t
+        if entry is not None:
+            banked = plan_from_knowledge(rd, entry.knowledge)
+            if banked is not None and np.isfinite(t := _time(rd, banked)):
+                in_use_plan, in_use_t = banked, t
+        tuned = None
+        method_used = ""
+        evaluated = 0
+        if should_tune(in_bank, repeat_tune):
+            found = search(rd, method)
+            method_used, evaluated = found.method, found.evaluated
+            if np.isfinite(found.time_us):
+                tuned = found
+        outcome = decide(in_bank, repeat_tune, in_use_t, tuned.time_us if tuned else None)
+        if outcome.writes:
+            assert tuned is not None
+            after_plan, after_t = tuned.plan, tuned.time_us
+            if bank is not None:
+                knowledge = plan_knowledge(rd, tuned.plan, [op.type for op in case.subs[0].kernels])
+                bank.put(case.key, knowledge, tuned.time_us, base_t,
+                         {"method": tuned.method, "instances": len(case.subs)})
+        else:
+            after_plan, after_t = in_use_plan, in_use_t
+        counters.record(outcome)
+        rec = SubgraphRecord(
+            repo_key=case.key, ops=case.subs[0].op_names, op_types=[op.type for op in case.subs[0].kernels],
+            instances=[s.op_names for s in case.subs], baseline_us=base_t, before_us=in_use_t,
+            after_us=after_t, outcome=outcome, method=method_used, plan=[int(v) for v in after_plan],
+            evaluated=evaluated)
+        records.append(rec)
+        result_us += after_t * len(case.subs)
+        if on_subgraph is not None:
+            on_subgraph(rec)
+    return SgatReport(soc=soc.name, model_baseline_us=prep.baseline_us, model_result_us=result_us,
+                      records=records, counters=counters, n_subgraphs=len(prep.subgraphs),
+                      tuning_time_s=time.perf_counter() - start)
+
+
+def apply_bank(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str]) -> tuple[float, float]:
+    """(baseline ms, ms with the subgraph bank's plans applied) of `graph` — for `aoe verify`.
+
+    A subgraph without a usable bank entry runs unfused (CANN defaults). The bank is only read.
+    """
+    soc = load_soc(soc)
+    check_soc(soc)
+    prep = prepare(graph, soc)
+    bank = SubgraphBank(bank_dir)
+    total = prep.fixed_us
+    for case in prep.cases:
+        rd = case.rd
+        t = _time(rd, unfused_plan(rd))
+        entry = bank.lookup(case.key)
+        if entry is not None:
+            plan = plan_from_knowledge(rd, entry.knowledge)
+            if plan is not None:
+                tp = _time(rd, plan)
+                if np.isfinite(tp):
+                    t = tp
+        total += t * len(case.subs)
+    return prep.baseline_us / 1000.0, total / 1000.0
+
+
+__all__ = ["tune_graph", "apply_bank", "check_soc", "prepare", "Prepared", "Case", "Outcome"]
