@@ -194,6 +194,20 @@ def test_new_files_and_dirs_follow_the_shared_directory(tmp_path):
     assert stat.S_IMODE(os.stat(lock).st_mode) == 0o660
 
 
+def test_a_sticky_public_directory_is_not_copied(tmp_path):
+    public = tmp_path / "public"
+    public.mkdir()
+    os.chmod(public, 0o1777)  # like /tmp
+    old = os.umask(0o022)
+    try:
+        bank = OpBank(public / SOC, SOC)
+        bank.put("Relu", {}, {"blockDim": 1, "tileLen": 8, "doubleBuffer": 0, "impl": 0}, 1.0)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(public / SOC).st_mode) == 0o755  # not world-writable
+    assert stat.S_IMODE(os.stat(bank.path_for("Relu")).st_mode) & 0o022 == 0
+
+
 def test_rewrite_keeps_an_existing_files_mode(tmp_path):
     bank = OpBank(tmp_path, SOC)
     know = {"blockDim": 1, "tileLen": 8, "doubleBuffer": 0, "impl": 0}

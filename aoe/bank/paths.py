@@ -150,8 +150,11 @@ def ensure_dir(path: Path) -> None:
         ensure_dir(path.parent)
     try:
         pst = os.stat(path.parent)
-        os.mkdir(path, stat.S_IMODE(pst.st_mode) & 0o7777)
-        share_like_dir(path, pst, directory=True)
+        if pst.st_mode & stat.S_ISVTX:  # a public scratch dir such as /tmp: plain umask rules
+            os.mkdir(path)
+        else:
+            os.mkdir(path, stat.S_IMODE(pst.st_mode))
+            share_like_dir(path, pst, directory=True)
     except FileExistsError:
         pass
     except OSError as exc:
@@ -164,8 +167,11 @@ def share_like_dir(path: Path | int, dir_st: os.stat_result, directory: bool = F
 
     A shared bank is typically a group-owned, group-writable (often setgid) directory; files created
     with the default 0600/umask would lock the other users out. Group changes are best effort: a
-    user may only chown to groups they belong to.
+    user may only chown to groups they belong to. In a sticky directory (e.g. /tmp: public scratch
+    space, not a shared bank) nothing is changed: the file stays private to its owner.
     """
+    if dir_st.st_mode & stat.S_ISVTX:
+        return
     mode = stat.S_IMODE(dir_st.st_mode)
     mode = mode & 0o7777 if directory else mode & 0o666
     chmod = os.fchmod if isinstance(path, int) else os.chmod
