@@ -118,7 +118,10 @@ def default_vector(soc: Soc, op: VectorOp) -> dict[str, int]:
     rows = elems
     row_len = 1
     if op.axes and op.op_type not in ("Transpose", "TransData"):
-        row_len = int(np.prod([op.shape[a] for a in range(min(op.axes), len(op.shape))], dtype=np.float64))
+        # the native model's rows: reduced extent x the contiguous width after the last reduced axis
+        reduced = int(np.prod([op.shape[a] for a in op.axes], dtype=np.float64))
+        inner = int(np.prod(op.shape[max(op.axes) + 1:], dtype=np.float64))
+        row_len = reduced * inner
         rows = max(1, elems // max(1, row_len))
     units = rows if op.axes else _cdiv(elems, align)
     impl = 0

@@ -1,0 +1,189 @@
+"""Search drivers over a factored Schedule space; every candidate batch is one measure call.
+
+- `exhaustive`: every strategy of the space (used when the space fits the budget, and as the
+  reference optimum in tests and benchmarks).
+- `beam`: cost-guided. Outer choices are visited in order of a true lower bound on their time
+  (Cube work of the busiest core + launch) and priced with CANN's default staging; an outer choice
+  whose bound cannot beat the best time found is skipped (exact pruning). The best `width` outer
+  choices then have all their inner choices priced. Deterministic; `seed` only breaks ties when
+  the budget forces sampling.
+- `random_search`: uniform sampling at a budget (a baseline for benchmarks).
+
+A *measure* is any callable `(sim_op, rows) -> times_us` (inf = invalid): the simulator by default,
+or a user's device or cost model. The drivers only ever call it with whole batches.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..errors import AoeError
+from ..sim import SimOp, simulate_times
+from ..soc import Soc
+from .space import FactoredSpace
+
+Measure = Callable[[SimOp, np.ndarray], np.ndarray]
+
+
+def simulator_measure(soc: Soc, threads: int = 1) -> Measure:
+    """The default measure: the native simulator, batched, on `threads` threads."""
+
+    def measure(op: SimOp, rows: np.ndarray) -> np.ndarray:
+        times, _ = simulate_times(soc, op, rows, threads=threads)
+        return times
+
+    return measure
+
+
+@dataclass
+class Budget:
+    """How much a search may spend: evaluations and/or seconds (None = unbounded)."""
+
+    evaluations: int | None = 100_000
+    seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.evaluations is not None and self.evaluations < 1:
+            raise AoeError("an evaluation budget must be at least 1")
+        if self.seconds is not None and self.seconds <= 0:
+            raise AoeError("a time budget must be positive")
+
+
+@dataclass
+class SearchResult:
+    """Best strategy found by a driver."""
+
+    row: np.ndarray | None
+    time_us: float
+    evaluations: int
+    driver: str
+
+    @property
+    def found(self) -> bool:
+        """True if any valid strategy was found."""
+        return self.row is not None and np.isfinite(self.time_us)
+
+
+class _Tracker:
+    """Counts evaluations, enforces the budget, remembers the best row."""
+
+    def __init__(self, op: SimOp, measure: Measure, budget: Budget) -> None:
+        self.op, self.measure, self.budget = op, measure, budget
+        self.evals = 0
+        self.best_row: np.ndarray | None = None
+        self.best = float("inf")
+        self.t0 = time.perf_counter()
+
+    def left(self) -> int:
+        """Evaluations still allowed (a large number when only time is bounded)."""
+        if self.budget.seconds is not None and time.perf_counter() - self.t0 >= self.budget.seconds:
+            return 0
+        if self.budget.evaluations is None:
+            return 1 << 62
+        return max(0, self.budget.evaluations - self.evals)
+
+    def run(self, rows: np.ndarray) -> np.ndarray:
+        """Measure rows (truncated to the budget); returns their times."""
+        rows = rows[: self.left()]
+        if not len(rows):
+            return np.zeros(0)
+        times = np.asarray(self.measure(self.op, np.ascontiguousarray(rows)), dtype=np.float64)
+        if times.shape != (len(rows),):
+            raise AoeError(f"the measure function returned {times.shape} times for {len(rows)} strategies")
+        times = np.where(np.isnan(times), np.inf, times)
+        self.evals += len(rows)
+        i = int(np.argmin(times))
+        if times[i] < self.best:
+            self.best, self.best_row = float(times[i]), rows[i].copy()
+        return times
+
+    def result(self, driver: str) -> SearchResult:
+        return SearchResult(self.best_row, self.best, self.evals, driver)
+
+
+def exhaustive(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget | None = None) -> SearchResult:
+    """Price every strategy of the space (stops early only if the budget runs out)."""
+    tr = _Tracker(op, measure, budget or Budget(evaluations=None))
+    for chunk in space.chunks():
+        if not tr.left():
+            break
+        tr.run(chunk)
+    return tr.result("exhaustive")
+
+
+def beam(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget | None = None,
+         width: int | None = None, seed: int = 0) -> SearchResult:
+    """Lower-bound-ordered pricing of the outer choices, then every inner choice of the best ones.
+
+    Phase 2 expands outer choices best-first until the budget is spent (or `width` of them).
+    """
+    budget = budget or Budget()
+    tr = _Tracker(op, measure, budget)
+    outer = space.outer
+    if not len(outer):
+        return tr.result("beam")
+    rng = np.random.default_rng(seed)
+    lb = space.lower_bound
+    if lb is None:
+        order = np.arange(len(outer))
+    else:
+        # ties (equal bounds) in a seeded but fixed order
+        order = np.lexsort((rng.permutation(len(outer)), lb))
+    # Phase 1: outer choices with default staging, at most 60% of the budget.
+    phase1_cap = int(0.6 * tr.left()) if budget.evaluations is not None else len(order)
+    times_outer = np.full(len(outer), np.inf)
+    done = 0
+    batch = 4096
+    while done < len(order) and tr.evals < max(phase1_cap, 1) and tr.left():
+        idx = order[done:done + batch]
+        if lb is not None and np.isfinite(tr.best):
+            idx = idx[lb[idx] < tr.best]  # cannot beat the best: skip without measuring
+            if not len(idx) and lb[order[min(done + batch, len(order)) - 1]] >= tr.best:
+                break  # bounds are sorted: everything after is pruned too
+        cap = max(0, max(phase1_cap, 1) - tr.evals)
+        idx = idx[:cap]
+        if len(idx):
+            t = tr.run(outer[idx])
+            times_outer[idx[:len(t)]] = t
+        done += batch
+    # Phase 2: all inner choices of the best outer choices.
+    finite = np.flatnonzero(np.isfinite(times_outer))
+    if len(finite):
+        ranked = finite[np.argsort(times_outer[finite], kind="stable")]
+        if width is not None:
+            ranked = ranked[:width]
+        step = 8  # expand a few outer choices per measure call: fewer, larger batches
+        for j in range(0, len(ranked), step):
+            if not tr.left():
+                break
+            group = ranked[j:j + step]
+            if lb is not None:
+                group = group[lb[group] < tr.best]
+            if len(group):
+                tr.run(space.expand(outer[group]))
+    return tr.result("beam")
+
+
+def random_search(rows: np.ndarray, op: SimOp, measure: Measure, budget: Budget, seed: int = 0) -> SearchResult:
+    """Uniform sampling (without replacement) of an enumerated space, at a budget."""
+    tr = _Tracker(op, measure, budget)
+    rng = np.random.default_rng(seed)
+    n = min(len(rows), budget.evaluations or len(rows))
+    if n:
+        tr.run(rows[rng.choice(len(rows), size=n, replace=False)])
+    return tr.result("random")
+
+
+def search(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget | None = None,
+           seed: int = 0) -> SearchResult:
+    """Pick the driver: exhaustive when the whole space fits the budget, else the beam search."""
+    budget = budget or Budget()
+    limit = budget.evaluations if budget.evaluations is not None else 1 << 62
+    # Exhaustive when the space surely fits (outer rows expand to a few dozen strategies each, so
+    # only a small outer set is worth counting exactly); the beam search otherwise.
+    if len(space.outer) * 8 <= limit and space.size_at_most(limit):
+        return exhaustive(space, op, measure, budget)
+    return beam(space, op, measure, budget, seed=seed)

@@ -1,0 +1,388 @@
+"""Schedule spaces as *factored* spaces: outer choices (block shapes, core split) x inner choices.
+
+A tiling space is the product of a few "outer" decisions that fix the shape of the work (base block,
+per-core block, L0 block) and many "inner" decisions that only decide how that work is staged
+(L1 steps, ping-pong, iterate order, L2 tiling). Keeping them apart lets a search price every outer
+choice once with a good inner default, then spend the rest of its budget on the inner choices of
+the promising ones, while `chunks()` still enumerates the whole space for brute force.
+
+Hard constraints (buffer capacity, fractal alignment, whole kernel windows in L1) prune the space
+before anything is evaluated; whatever slips through is rejected by the simulator with a reason.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+
+from ..sim import Conv2D, MatMul, SimOp, VectorOp, strategy_fields
+from ..sim.heuristics import CONV_FIELDS, MM_FIELDS, VEC_FIELDS
+from ..sim.ops import DTYPE_BYTES
+from ..sim.space import _TEMPLATE as MM_INNER, vector_space
+from ..soc import Soc
+
+_F = {name: i for i, name in enumerate(MM_FIELDS)}
+_C = {name: i for i, name in enumerate(CONV_FIELDS)}
+
+
+def _cdiv(a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray | int:
+    return -(-a // b)
+
+
+def _align(a: int, b: int) -> int:
+    return -(-a // b) * b
+
+
+def _pow2(limit: int, start: int) -> list[int]:
+    out, v = [], start
+    while v <= limit:
+        out.append(v)
+        v *= 2
+    return out or [start]
+
+
+@dataclass
+class FactoredSpace:
+    """Outer rows (with a default inner configuration) and a function expanding them to all inner ones."""
+
+    fields: list[str]
+    outer: np.ndarray                                  # one row per outer choice, inner fields at a default
+    expand: Callable[[np.ndarray], np.ndarray]          # outer rows -> every inner variant of each
+    lower_bound: np.ndarray | None = None              # a cheap lower bound on each outer row's time (µs)
+    count: Callable[[np.ndarray], int] | None = None   # size of expand(rows) without building it
+    upper_size: int | None = None                      # known bound on the size (a restricted space: its parent's)
+
+    def size_at_most(self, limit: int) -> bool:
+        """True if the whole space has at most `limit` strategies (cheap when `count` is known)."""
+        if len(self.outer) > limit:
+            return False
+        if self.upper_size is not None:
+            return self.upper_size <= limit
+        if self.count is not None:
+            self.upper_size = int(self.count(self.outer))
+            return self.upper_size <= limit
+        total = 0
+        for chunk in self.chunks(256):
+            total += len(chunk)
+            if total > limit:
+                return False
+        return True
+
+    def chunks(self, chunk_outer: int = 64) -> Iterator[np.ndarray]:
+        """The whole space, in chunks (brute force)."""
+        for i in range(0, len(self.outer), chunk_outer):
+            yield self.expand(self.outer[i:i + chunk_outer])
+
+    def size(self) -> int:
+        """Exact number of strategies in the space."""
+        return sum(len(c) for c in self.chunks(256))
+
+
+def space_for(soc: Soc, op: SimOp) -> FactoredSpace:
+    """The Schedule space of one kernel model."""
+    if isinstance(op, MatMul):
+        return matmul_space(soc, op)
+    if isinstance(op, Conv2D):
+        return conv_space(soc, op)
+    if isinstance(op, VectorOp):
+        rows = vector_space(soc, op)
+        return FactoredSpace(list(VEC_FIELDS), rows, lambda r: r, count=len)
+    raise TypeError(f"no space for {op!r}")
+
+
+# --- matmul -------------------------------------------------------------------------------------
+
+def matmul_space(soc: Soc, op: MatMul) -> FactoredSpace:
+    """Outer: base block x per-core block (core split, split-K); inner: steps, order, L1 ping-pong, L2."""
+    ea = DTYPE_BYTES[op.dtype]
+    k0 = 32 // ea
+    m16, n16, kal = _align(op.m, 16), _align(op.n, 16), _align(op.k, k0)
+    batch = max(op.batch, op.batch_b or op.batch)
+    cores = soc.cube_cores
+    rows: list[np.ndarray] = []
+    bms = [b for b in _pow2(512, 16) if b <= m16]
+    bns = [b for b in _pow2(512, 16) if b <= n16]
+    bks = [b for b in _pow2(32 * k0, k0) if b <= kal]
+    for bm, bn in itertools.product(bms, bns):
+        if bm * bn * 4 > soc.l0c:
+            continue
+        m_blk, n_blk = _cdiv(op.m, bm), _cdiv(op.n, bn)
+        md = np.arange(1, min(cores, m_blk) + 1)
+        nd = np.arange(1, min(cores, n_blk) + 1)
+        mm_, nn_ = np.meshgrid(md, nd, indexing="ij")
+        ok = mm_ * nn_ <= cores
+        s_m = np.minimum(_cdiv(m_blk, mm_[ok]) * bm, m16)
+        s_n = np.minimum(_cdiv(n_blk, nn_[ok]) * bn, n16)
+        pairs = np.unique(np.stack([s_m, s_n], axis=1), axis=0)
+        tasks = batch * _cdiv(op.m, pairs[:, 0]) * _cdiv(op.n, pairs[:, 1])
+        used = np.minimum(tasks, cores)
+        pairs = pairs[used * 2 >= used.max()]  # splits that leave more than half the usable cores idle are dominated
+        for bk in bks:
+            if bm * bk * ea > soc.l0a or bn * bk * ea > soc.l0b:
+                continue
+            k_opts = [op.k]
+            for parts in (2, 4, 8):
+                if _cdiv(op.k, parts) >= bk:
+                    k_opts.append(_align(_cdiv(op.k, parts), bk))
+            for s_k in sorted(set(k_opts)):
+                tasks = batch * _cdiv(op.m, pairs[:, 0]) * _cdiv(op.n, pairs[:, 1]) * _cdiv(op.k, s_k)
+                if s_k != op.k:  # split-K only when the output alone cannot fill the cores
+                    sel = batch * _cdiv(op.m, pairs[:, 0]) * _cdiv(op.n, pairs[:, 1]) < cores
+                else:
+                    sel = np.ones(len(pairs), bool)
+                if not sel.any():
+                    continue
+                p = pairs[sel]
+                r = np.zeros((len(p), len(MM_FIELDS)), np.int64)
+                r[:, _F["usedCoreNum"]] = np.minimum(tasks[sel], cores)
+                r[:, _F["singleCoreM"]], r[:, _F["singleCoreN"]], r[:, _F["singleCoreK"]] = p[:, 0], p[:, 1], s_k
+                r[:, _F["baseM"]], r[:, _F["baseN"]], r[:, _F["baseK"]] = bm, bn, bk
+                rows.append(r)
+    outer = np.concatenate(rows) if rows else np.zeros((0, len(MM_FIELDS)), np.int64)
+    outer = _mm_default_inner(soc, op, outer)
+    return FactoredSpace(list(MM_FIELDS), outer, lambda o: _mm_expand(soc, op, o), _mm_lower_bound(soc, op, outer),
+                         lambda o: int(_mm_expand(soc, op, o, count_only=True)))
+
+
+def _mm_l2_default(soc: Soc, op: MatMul, r: np.ndarray) -> None:
+    """L2 tiling for operands beyond L2: 2x2 tiles as the starting point (set in place)."""
+    mb = _cdiv(op.m, r[:, _F["singleCoreM"]])
+    nb = _cdiv(op.n, r[:, _F["singleCoreN"]])
+    r[:, _F["l2MTileBlock"]], r[:, _F["l2NTileBlock"]] = mb, nb
+    r[:, _F["l2MTileCnt"]] = r[:, _F["l2NTileCnt"]] = 1
+    ea = DTYPE_BYTES[op.dtype]
+    if (op.m * op.k + op.k * op.n) * ea > 0.5 * soc.l2:
+        bm_, bn_ = _cdiv(mb, 2), _cdiv(nb, 2)
+        r[:, _F["l2MTileBlock"]], r[:, _F["l2NTileBlock"]] = bm_, bn_
+        r[:, _F["l2MTileCnt"]], r[:, _F["l2NTileCnt"]] = _cdiv(mb, bm_), _cdiv(nb, bn_)
+        r[:, _F["tilingEnable"]] = 1
+
+
+def _mm_default_inner(soc: Soc, op: MatMul, outer: np.ndarray) -> np.ndarray:
+    """Give each outer row CANN's staging: K in 256-element chunks, ping-pong where it fits; both orders."""
+    ea = DTYPE_BYTES[op.dtype]
+    r = outer.copy()
+    bm, bn, bk = r[:, _F["baseM"]], r[:, _F["baseN"]], r[:, _F["baseK"]]
+    k_iter = _cdiv(np.minimum(r[:, _F["singleCoreK"]], op.k), bk)
+    step = np.maximum(1, np.minimum(k_iter, np.maximum(1, 256 // bk)))
+    l1_db = (2 * step * (bm + bn) * bk * ea + (r[:, _F["baseN"]] * 4 if op.bias else 0)) <= soc.l1
+    r[:, _F["stepKa"]] = r[:, _F["stepKb"]] = step
+    r[:, _F["stepM"]] = r[:, _F["stepN"]] = 1
+    r[:, _F["depthA1"]] = r[:, _F["depthB1"]] = step * np.where(l1_db, 2, 1)
+    r[:, _F["dbL0A"]] = (2 * bm * bk * ea <= soc.l0a)
+    r[:, _F["dbL0B"]] = (2 * bn * bk * ea <= soc.l0b)
+    r[:, _F["dbL0C"]] = (2 * bm * bn * 4 <= soc.l0c)
+    _mm_l2_default(soc, op, r)
+    r0, r1 = r.copy(), r.copy()
+    r0[:, _F["iterateOrder"]], r1[:, _F["iterateOrder"]] = 0, 1
+    both = np.empty((2 * len(r), r.shape[1]), np.int64)
+    both[0::2], both[1::2] = r0, r1
+    return both
+
+
+def _mm_expand(soc: Soc, op: MatMul, outer: np.ndarray, count_only: bool = False) -> np.ndarray:
+    """Every inner variant of each outer row (duplicates of the same outer shape collapse first)."""
+    ea = DTYPE_BYTES[op.dtype]
+    if count_only and len(outer) > 4096:
+        # count in large vectorised blocks (a count needs masks only, never the rows themselves)
+        cols = [_F[f] for f in ("usedCoreNum", "singleCoreM", "singleCoreN", "singleCoreK", "baseM", "baseN", "baseK")]
+        uniq = np.unique(outer[:, cols], axis=0)
+        rows = np.zeros((len(uniq), outer.shape[1]), np.int64)
+        rows[:, cols] = uniq
+        return np.int64(sum(int(_mm_expand(soc, op, rows[i:i + 4096], count_only=True))
+                            for i in range(0, len(rows), 4096)))
+    keys = outer[:, [_F[f] for f in ("usedCoreNum", "singleCoreM", "singleCoreN", "singleCoreK", "baseM",
+                                     "baseN", "baseK")]]
+    _, first = np.unique(keys, axis=0, return_index=True)
+    outer = outer[np.sort(first)]
+    t = MM_INNER  # stepKa, stepKb, stepM, stepN, order, L1 db A, L1 db B
+    n_o, n_t = len(outer), len(t)
+    bm, bn, bk = (outer[:, _F[f]][:, None] for f in ("baseM", "baseN", "baseK"))
+    s_m, s_n, s_k = (outer[:, _F[f]] for f in ("singleCoreM", "singleCoreN", "singleCoreK"))
+    m_iter = _cdiv(np.minimum(s_m, op.m), outer[:, _F["baseM"]])[:, None]
+    n_iter = _cdiv(np.minimum(s_n, op.n), outer[:, _F["baseN"]])[:, None]
+    k_iter = _cdiv(np.minimum(s_k, op.k), outer[:, _F["baseK"]])[:, None]
+    da = t[None, :, 2] * t[None, :, 0] * (1 + t[None, :, 5])
+    db = t[None, :, 3] * t[None, :, 1] * (1 + t[None, :, 6])
+    l1 = (da * bm + db * bn) * bk * ea + (t[None, :, 3] * bn * 4 if op.bias else 0)
+    ok = ((t[None, :, 0] <= k_iter) & (t[None, :, 1] <= k_iter) & (t[None, :, 2] <= m_iter)
+          & (t[None, :, 3] <= n_iter) & (l1 <= soc.l1))
+    if count_only:
+        per = ok.sum(axis=1)
+        if (op.m * op.k + op.k * op.n) * ea > 0.5 * soc.l2:
+            mb = _cdiv(op.m, outer[:, _F["singleCoreM"]])
+            nb = _cdiv(op.n, outer[:, _F["singleCoreN"]])
+            l2 = 1 + sum(2 * ((cm <= mb) & (cn <= nb)) for cm, cn in itertools.product((1, 2, 4), repeat=2)
+                         if (cm, cn) != (1, 1))
+            per = per * l2
+        return np.int64(per.sum())
+    oi, ti = np.nonzero(ok)
+    base = outer[oi]
+    base[:, _F["stepKa"]], base[:, _F["stepKb"]] = t[ti, 0], t[ti, 1]
+    base[:, _F["stepM"]], base[:, _F["stepN"]] = t[ti, 2], t[ti, 3]
+    base[:, _F["iterateOrder"]] = t[ti, 4]
+    base[:, _F["depthA1"]] = np.broadcast_to(da, (n_o, n_t))[oi, ti]
+    base[:, _F["depthB1"]] = np.broadcast_to(db, (n_o, n_t))[oi, ti]
+    mb, nb = _cdiv(op.m, base[:, _F["singleCoreM"]]), _cdiv(op.n, base[:, _F["singleCoreN"]])
+    base[:, _F["tilingEnable"]] = 0
+    base[:, _F["l2MTileCnt"]] = base[:, _F["l2NTileCnt"]] = 1
+    base[:, _F["l2MTileBlock"]], base[:, _F["l2NTileBlock"]] = mb, nb
+    base[:, _F["l2IterateOrder"]] = 0
+    if (op.m * op.k + op.k * op.n) * ea <= 0.5 * soc.l2:
+        return base
+    variants = [base]
+    for cm, cn in itertools.product((1, 2, 4), repeat=2):
+        if (cm, cn) == (1, 1):
+            continue
+        sel = (cm <= mb) & (cn <= nb)
+        for order in (0, 1):
+            v = base[sel].copy()
+            blm, bln = _cdiv(mb[sel], cm), _cdiv(nb[sel], cn)
+            v[:, _F["tilingEnable"]] = 1
+            v[:, _F["l2MTileBlock"]], v[:, _F["l2NTileBlock"]] = blm, bln
+            v[:, _F["l2MTileCnt"]], v[:, _F["l2NTileCnt"]] = _cdiv(mb[sel], blm), _cdiv(nb[sel], bln)
+            v[:, _F["l2IterateOrder"]] = order
+            variants.append(v)
+    return np.concatenate(variants)
+
+
+def _mm_lower_bound(soc: Soc, op: MatMul, outer: np.ndarray) -> np.ndarray:
+    """Cube time of the busiest core (padding and waves included) + launch: no staging can beat it."""
+    ea = DTYPE_BYTES[op.dtype]
+    k0 = 32 // ea
+    batch = max(op.batch, op.batch_b or op.batch)
+    s_m = np.minimum(outer[:, _F["singleCoreM"]], op.m)
+    s_n = np.minimum(outer[:, _F["singleCoreN"]], op.n)
+    s_k = np.minimum(outer[:, _F["singleCoreK"]], op.k)
+    cube = (_cdiv(s_m, 16) * _cdiv(s_n, 16) * _cdiv(s_k, k0)).astype(np.float64)
+    tasks = batch * _cdiv(op.m, outer[:, _F["singleCoreM"]]) * _cdiv(op.n, outer[:, _F["singleCoreN"]]) \
+        * _cdiv(op.k, outer[:, _F["singleCoreK"]])
+    waves = _cdiv(tasks, outer[:, _F["usedCoreNum"]])
+    return soc.launch_us + waves * cube / soc.freq_mhz
+
+
+# --- conv ---------------------------------------------------------------------------------------
+
+def conv_space(soc: Soc, op: Conv2D) -> FactoredSpace:
+    """Outer: core split x L0 block; inner: L1 staging (rows, K chunks), L1 ping-pong, iterate order."""
+    n, c, h, w = op.x
+    cout, _, kh, kw = op.weight
+    ea = DTYPE_BYTES[op.dtype]
+    c0 = 32 // ea
+    g = op.groups
+    cin_g, co_g = c // g, cout // g
+    ho, wo = op.out_hw
+    filt = op.op_type.endswith("BackpropFilter")
+    if op.op_type.endswith("BackpropInput"):
+        out_h, out_w, out_c, k_al = h, w, cin_g, _align(co_g, c0) * kh * kw
+    else:
+        out_h, out_w, out_c, k_al = ho, wo, co_g, _align(cin_g, c0) * kh * kw
+    if filt:
+        out_h, out_w = ho, wo
+    cores = soc.cube_cores
+    win = kh * kw * c0
+    n_units = _cdiv(cin_g, c0) if filt else _cdiv(out_c, 16)
+    splits = set()
+    for gd in range(1, min(g, cores) + 1):
+        for bd in range(1, min(n, cores // gd) + 1):
+            for hd in range(1, min(out_h, cores // (gd * bd)) + 1):
+                for nd in range(1, min(n_units, cores // (gd * bd * hd)) + 1):
+                    dims = tuple(int(_cdiv(x, _cdiv(x, d))) for x, d in ((g, gd), (n, bd), (out_h, hd), (n_units, nd)))
+                    splits.add(dims)
+    loads = {s: _cdiv(g, s[0]) * _cdiv(n, s[1]) * _cdiv(out_h, s[2]) * _cdiv(n_units, s[3]) for s in splits}
+    best_load = min(loads.values())
+    splits = sorted(s for s in splits if loads[s] <= 2 * best_load)  # at most 2x the least work per core
+    wo_l0s = sorted({d for d in range(1, min(out_w, 256) + 1) if out_w % d == 0 and d * 1 <= 256}, reverse=True)[:4]
+    rows = []
+    for gd, bd, hd, nd in splits:
+        ho_core = _cdiv(out_h, hd)
+        for wo_l0 in wo_l0s:
+            for m0 in (64, 128, 256):
+                ho_l0 = max(1, min(ho_core, m0 // wo_l0))
+                if ho_l0 * wo_l0 > 512:
+                    continue
+                if filt:
+                    k_l0s = [v for v in (16, 32, 64, 128) if v <= _align(co_g, 16)]
+                    n_l0s = [v for v in (16, 32, 64, 128) if v <= _align(_cdiv(_align(cin_g, c0) * kh * kw, nd), 16)]
+                else:
+                    k_l0s = [v for v in _pow2(8 * c0, c0) if v <= k_al]
+                    n_l0s = [v for v in (16, 32, 64, 128, 256) if v <= _align(_cdiv(out_c, nd), 16)]
+                for k_l0 in k_l0s:
+                    for n_l0 in n_l0s:
+                        rows.append((bd, hd, nd, gd, ho_l0, out_w, 0, 0, ho_l0, wo_l0, k_l0,
+                                     n_l0, 0, 0))
+    outer = np.unique(np.array(rows, np.int64).reshape(-1, len(CONV_FIELDS)), axis=0)
+    # default inner: smallest L1 staging that is legal, full ping-pong
+    outer = _conv_inner(soc, op, outer, filt, win, c0, k_al, default_only=True)
+    return FactoredSpace(list(CONV_FIELDS), outer,
+                         lambda o: _conv_inner(soc, op, o, filt, win, c0, k_al, default_only=False))
+
+
+def _conv_inner(soc: Soc, op: Conv2D, outer: np.ndarray, filt: bool, win: int, c0: int, k_al: int,
+                default_only: bool) -> np.ndarray:
+    """L1 staging of each outer conv row: hoL1 multiples, K chunks in whole windows, L1 ping-pong, order.
+
+    With `default_only`, one legal staging per row (smallest rows, largest K chunk, all ping-pong) in
+    both iterate orders: what the outer phase of a search prices.
+    """
+    if not len(outer):
+        return outer.reshape(-1, len(CONV_FIELDS))
+    _, c, h, _ = op.x
+    ho, _ = op.out_hw
+    cin_g, co_g = c // op.groups, op.weight[0] // op.groups
+    c1_total = _cdiv(cin_g, c0)
+    out_h = h if op.op_type.endswith("BackpropInput") else ho
+    ho_core = _cdiv(out_h, outer[:, _C["hoDim"]])
+    ho_l0, k_l0 = outer[:, _C["hoL0"]], outer[:, _C["kL0"]]
+    mults = np.array([1, 2, 4, 8])
+    pbufs = np.array([28, 29, 30, 31])  # L0 ping-pong always (dominant); L1 A/B ping-pong enumerated
+    # candidate table per row: (hoL1 mult, kAL1, kBL1, pbuf, order), masked where illegal
+    hm = mults[None, :]
+    hm_ok = ho_l0[:, None] * hm <= np.maximum(ho_core, ho_l0)[:, None]
+    if filt:
+        ka = k_l0[:, None] * mults[None, :3]
+        ka_ok = ka <= _align(co_g, 16)
+        kb = win * mults[None, :3]
+        kb_ok = mults[None, :3] <= _cdiv(c1_total, outer[:, _C["nDim"]])[:, None]
+    else:
+        ka = win * mults[None, :]
+        ka_ok = (ka <= _cdiv(k_al, win) * win) & (ka % k_l0[:, None] == 0)
+        kb, kb_ok = None, None
+    ka = np.broadcast_to(ka, (len(outer), ka.shape[1]))
+    ka_ok = np.broadcast_to(ka_ok, ka.shape)
+    rows = []
+    for i_h in range(hm.shape[1]):
+        for i_a in range(ka.shape[1]):
+            b_range = range(kb.shape[1]) if filt else [None]
+            for i_b in b_range:
+                ok = hm_ok[:, i_h] & ka_ok[:, i_a] & (kb_ok[:, i_b] if filt else True)
+                if not ok.any():
+                    continue
+                base = outer[ok].copy()
+                base[:, _C["hoL1"]] = ho_l0[ok] * mults[i_h]
+                base[:, _C["kAL1"]] = ka[ok, i_a]
+                base[:, _C["kBL1"]] = kb[0, i_b] if filt else base[:, _C["kAL1"]]
+                rows.append(base)
+    if not rows:
+        return np.zeros((0, len(CONV_FIELDS)), np.int64)
+    staged = np.concatenate(rows)
+    if default_only:
+        # first legal staging per outer row: smallest hoL1, largest K chunk
+        cols = [_C[f] for f in ("batchDim", "hoDim", "nDim", "groupDim", "hoL0", "woL0", "kL0", "nL0")]
+        order = np.lexsort((-staged[:, _C["kAL1"]], staged[:, _C["hoL1"]]))
+        _, first = np.unique(staged[order][:, cols], axis=0, return_index=True)
+        staged = staged[np.sort(order[first])]
+        pb = np.array([31])
+    else:
+        pb = pbufs
+    out = np.repeat(staged, len(pb) * 2, axis=0)
+    out[:, _C["pBufferFlag"]] = np.tile(np.repeat(pb, 2), len(staged))
+    out[:, _C["iterateMNOrder"]] = np.tile(np.array([0, 1]), len(staged) * len(pb))
+    return out
+
+
+def fields_of(op: SimOp) -> list[str]:
+    """Strategy field names of an operator's kernel model."""
+    return strategy_fields(op)

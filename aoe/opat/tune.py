@@ -1,0 +1,331 @@
+"""Tune one operator case: Schedule, Format and Impl, with the gain attributed to each kind.
+
+- **Schedule** searches the tiling space of the operator's default kernel and layouts, restricted
+  to the implementation class of CANN's default strategy (so a different algorithm counts as Impl).
+- **Format** searches the same kernel in other layouts; the TransData conversions a layout needs
+  are priced and added (`Variant.extra_ops`).
+- **Impl** searches the other implementation classes allowed under `op_select_implmode`: for
+  matmul A or B resident in L1, split-K across cores, a vector GEMV for tiny M; for conv 1x1 as
+  matmul and depthwise on the Vector unit; for vector operators the `impl` alternatives of the kernel.
+
+The "before" is CANN's default strategy on the default variant; each kind that helped reports its
+before/after (Schedule: default -> tuned tiling; Format: tuned default layout -> best layout; Impl:
+best so far -> best implementation).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from ..errors import AoeError
+from ..ops import HIGH_PERFORMANCE, IMPL_MODES, OpCase, Variant
+from ..sim import Conv2D, MatMul, SimOp, VectorOp, default_strategy, strategy_fields
+from ..sim.heuristics import MM_FIELDS
+from ..soc import Soc, load_soc
+from .search import Budget, Measure, SearchResult, search, simulator_measure
+from .space import FactoredSpace, space_for
+
+KINDS = ("Schedule", "Format", "Impl")
+_F = {name: i for i, name in enumerate(MM_FIELDS)}
+
+
+# --- implementation classes of a matmul tiling --------------------------------------------------
+
+def matmul_impl_class(op: MatMul, rows: np.ndarray) -> np.ndarray:
+    """Class of each matmul strategy: 0 standard, 1 A resident in L1, 2 B resident, 3 split-K."""
+    s_m = np.minimum(rows[:, _F["singleCoreM"]], op.m)
+    s_n = np.minimum(rows[:, _F["singleCoreN"]], op.n)
+    s_k = np.minimum(rows[:, _F["singleCoreK"]], op.k)
+    a_res = (rows[:, _F["stepM"]] * rows[:, _F["baseM"]] >= s_m) & (rows[:, _F["stepKa"]] * rows[:, _F["baseK"]] >= s_k)
+    b_res = (rows[:, _F["stepN"]] * rows[:, _F["baseN"]] >= s_n) & (rows[:, _F["stepKb"]] * rows[:, _F["baseK"]] >= s_k)
+    cls = np.where(a_res, 1, np.where(b_res, 2, 0))
+    return np.where(rows[:, _F["singleCoreK"]] < op.k, 3, cls)
+
+
+MATMUL_IMPLS = {0: "standard", 1: "a_resident_l1", 2: "b_resident_l1", 3: "split_k"}
+
+
+def _restricted(space: FactoredSpace, keep: Callable[[np.ndarray], np.ndarray],
+                restage: Callable[[np.ndarray], np.ndarray] | None = None) -> FactoredSpace:
+    """The same space with only the rows `keep` accepts.
+
+    `restage` first moves each outer row's default staging into the class where it can (e.g. a
+    whole K panel in L1 for the resident classes), so the outer phase of a search prices a member.
+    """
+    outer = restage(space.outer) if restage is not None else space.outer
+    mask = keep(outer)
+    lb = space.lower_bound[mask] if space.lower_bound is not None else None
+    # a restricted space is at most as large as the full one (exact size would need filtering)
+    full_size = space.upper_size
+    if full_size is None and space.count is not None:
+        full_size = space.upper_size = int(space.count(space.outer))
+    return FactoredSpace(space.fields, outer[mask], lambda o: _filter(space.expand(o), keep), lb,
+                         upper_size=full_size)
+
+
+def _filter(rows: np.ndarray, keep: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    return rows[keep(rows)] if len(rows) else rows
+
+
+def _mm_restage(op: MatMul, soc: Soc, cls: int, outer: np.ndarray) -> np.ndarray:
+    """Default staging inside a matmul implementation class (resident operands: whole panel in L1)."""
+    from ..sim.ops import DTYPE_BYTES
+
+    if cls not in (1, 2):
+        return outer
+    ea = DTYPE_BYTES[op.dtype]
+    r = outer.copy()
+    bm, bn, bk = r[:, _F["baseM"]], r[:, _F["baseN"]], r[:, _F["baseK"]]
+    m_iter = -(-np.minimum(r[:, _F["singleCoreM"]], op.m) // bm)
+    n_iter = -(-np.minimum(r[:, _F["singleCoreN"]], op.n) // bn)
+    k_iter = -(-np.minimum(r[:, _F["singleCoreK"]], op.k) // bk)
+    if cls == 1:
+        r[:, _F["stepM"]], r[:, _F["stepKa"]], r[:, _F["stepKb"]], r[:, _F["stepN"]] = m_iter, k_iter, 1, 1
+    else:
+        r[:, _F["stepN"]], r[:, _F["stepKb"]], r[:, _F["stepKa"]], r[:, _F["stepM"]] = n_iter, k_iter, 1, 1
+    da = r[:, _F["stepM"]] * r[:, _F["stepKa"]]
+    db = r[:, _F["stepN"]] * r[:, _F["stepKb"]]
+    fits_db = (2 * da * bm + 2 * db * bn) * bk * ea <= soc.l1
+    r[:, _F["depthA1"]] = np.where(fits_db, 2 * da, da)
+    r[:, _F["depthB1"]] = np.where(fits_db, 2 * db, db)
+    return r
+
+
+# --- results ------------------------------------------------------------------------------------
+
+@dataclass
+class KindGain:
+    """Before/after of one tuning kind (µs)."""
+
+    before_us: float
+    after_us: float
+
+    @property
+    def helped(self) -> bool:
+        """True if this kind made the operator faster."""
+        return self.after_us < self.before_us
+
+
+@dataclass
+class TuneResult:
+    """Outcome of tuning one operator case."""
+
+    op_type: str
+    before_us: float
+    after_us: float
+    variant: str                       # Format label of the chosen variant
+    impl: str                          # implementation chosen
+    strategy: dict[str, int]           # tiling of the chosen kernel model
+    knowledge: dict[str, Any]          # what goes into the bank (tiling + format/impl choices)
+    kinds: dict[str, KindGain]         # per tuning kind that was run
+    evaluations: int
+    seconds: float
+    sim_op: SimOp | None = None
+
+    @property
+    def improved(self) -> bool:
+        """True if the tuned strategy beats the default."""
+        return self.after_us < self.before_us
+
+    def helped_kinds(self) -> dict[str, KindGain]:
+        """Only the kinds that made it faster (what the result file reports)."""
+        return {k: g for k, g in self.kinds.items() if g.helped}
+
+
+def _price_default(soc: Soc, variant: Variant, measure: Measure) -> tuple[float, dict[str, int]]:
+    strat = default_strategy(soc, variant.sim_op)
+    fields = strategy_fields(variant.sim_op)
+    row = np.array([[strat[f] for f in fields]], dtype=np.int64)
+    return float(measure(variant.sim_op, row)[0]), strat
+
+
+def _extra_us(soc: Soc, variant: Variant, cache: dict[Any, float]) -> float:
+    """Default-strategy time of the conversion kernels a variant needs (TransData)."""
+    from ..sim import simulate
+
+    total = variant.extra_us
+    for op in variant.extra_ops:
+        if op not in cache:
+            cache[op] = simulate(soc, op).time_us
+        total += cache[op]
+    return total
+
+
+def tune_case(case: OpCase, soc: Soc | str, kinds: Sequence[str] = KINDS, budget: Budget | None = None,
+              measure: Measure | None = None, implmode: str = HIGH_PERFORMANCE, seed: int = 0,
+              threads: int = 1) -> TuneResult:
+    """Tune one operator case on `soc` (the simulator unless `measure` is given)."""
+    t0 = time.perf_counter()
+    soc = load_soc(soc)
+    unknown = set(kinds) - set(KINDS)
+    if unknown or not kinds:
+        raise AoeError(f"tuning kinds must be a non-empty subset of {', '.join(KINDS)}; got {list(kinds)}")
+    if implmode not in IMPL_MODES:
+        raise AoeError(f"op_select_implmode must be one of {', '.join(IMPL_MODES)}, got {implmode!r}")
+    budget = budget or Budget()
+    measure = measure or simulator_measure(soc, threads)
+    evals = 0
+    conv_cache: dict[Any, float] = {}
+    base = case.default
+    before, default_strat = _price_default(soc, base, measure)
+    evals += 1
+    if not np.isfinite(before):
+        raise AoeError(f"{case.op_type} {case.op_name!r}: the default strategy is not valid on {soc.name}")
+
+    # best so far: (time, variant, impl label, strategy row or dict)
+    best: dict[str, Any] = {"t": before, "variant": base, "impl": "default", "row": default_strat}
+    gains: dict[str, KindGain] = {}
+
+    def run(variant: Variant, space: FactoredSpace, share: float) -> SearchResult:
+        nonlocal evals
+        sub = Budget(evaluations=None if budget.evaluations is None else max(1, int(budget.evaluations * share)),
+                     seconds=None if budget.seconds is None else budget.seconds * share)
+        res = search(space, variant.sim_op, measure, sub, seed=seed)
+        evals += res.evaluations
+        return res
+
+    default_class = _default_impl_class(base.sim_op, default_strat)
+    spaces: dict[int, FactoredSpace] = {}  # the tiling space depends on shapes only, not on layouts
+
+    def class_space(op: SimOp, cls: int | None) -> FactoredSpace:
+        full = spaces.get(id(op))
+        if full is None and isinstance(op, MatMul) and isinstance(base.sim_op, MatMul):
+            full = spaces.get(id(base.sim_op))  # a layout variant of the default matmul: same space
+        if full is None:
+            full = space_for(soc, op)
+            spaces[id(op)] = full
+        return _class_space(soc, op, cls, full)
+
+    if "Schedule" in kinds:
+        space = class_space(base.sim_op, default_class)
+        res = run(base, space, 1.0)
+        after = min(before, res.time_us)
+        if res.found and res.time_us < before:
+            best.update(t=res.time_us, row=res.row, impl=_class_name(base.sim_op, default_class))
+        gains["Schedule"] = KindGain(before, after)
+    if "Format" in kinds and len(case.formats) > 1:
+        start = best["t"]
+        # Screen every layout with the best tiling so far (one evaluation each, conversions added),
+        # then search the tiling of the two most promising layouts.
+        screened = []
+        for variant in case.formats[1:]:
+            extra = _extra_us(soc, variant, conv_cache)
+            if extra >= best["t"]:
+                continue  # the conversions alone cost more than the best kernel so far
+            row = best["row"]
+            row = np.array([[row[f] for f in strategy_fields(variant.sim_op)]] if isinstance(row, dict) else [row],
+                           dtype=np.int64)
+            t_screen = float(measure(variant.sim_op, row)[0]) + extra
+            evals += 1
+            screened.append((t_screen, variant.label, variant, extra))
+        for t_screen, _, variant, extra in sorted(screened, key=lambda x: (x[0], x[1]))[:2]:
+            res = run(variant, class_space(variant.sim_op, default_class), 0.25)
+            cand = min(t_screen, res.time_us + extra) if res.found else t_screen
+            if cand < best["t"]:
+                use_row = res.row if res.found and res.time_us + extra <= t_screen else best["row"]
+                best.update(t=cand, variant=variant, row=use_row, impl=_class_name(variant.sim_op, default_class))
+        gains["Format"] = KindGain(start, best["t"])
+    if "Impl" in kinds:
+        start = best["t"]
+        for variant, cls in _impl_candidates(case, default_class, implmode):
+            space = class_space(variant.sim_op, cls)
+            res = run(variant, space, 0.25)
+            extra = _extra_us(soc, variant, conv_cache)
+            if res.found and res.time_us + extra < best["t"]:
+                best.update(t=res.time_us + extra, variant=variant, row=res.row,
+                            impl=variant.label if cls is None else _class_name(variant.sim_op, cls))
+        gains["Impl"] = KindGain(start, best["t"])
+
+    variant: Variant = best["variant"]
+    fields = strategy_fields(variant.sim_op)
+    row = best["row"]
+    strategy = dict(row) if isinstance(row, dict) else dict(zip(fields, (int(v) for v in row)))
+    knowledge = _knowledge(case, variant, strategy, best["impl"])
+    return TuneResult(case.op_type, before, best["t"], variant.label, best["impl"], strategy, knowledge, gains,
+                      evals, time.perf_counter() - t0, variant.sim_op)
+
+
+def _default_impl_class(op: SimOp, strat: dict[str, int]) -> int | None:
+    if isinstance(op, MatMul):
+        row = np.array([[strat[f] for f in MM_FIELDS]], dtype=np.int64)
+        return int(matmul_impl_class(op, row)[0])
+    if isinstance(op, VectorOp):
+        return int(strat["impl"])
+    return None
+
+
+def _class_name(op: SimOp, cls: int | None) -> str:
+    if isinstance(op, MatMul) and cls is not None:
+        return MATMUL_IMPLS[cls]
+    if isinstance(op, VectorOp) and cls is not None:
+        return f"impl{cls}"
+    return "img2col_cube" if isinstance(op, Conv2D) else "default"
+
+
+def _class_space(soc: Soc, op: SimOp, cls: int | None, space: FactoredSpace) -> FactoredSpace:
+    if cls is None:
+        return space
+    if isinstance(op, MatMul):
+        return _restricted(space, lambda rows: matmul_impl_class(op, rows) == cls,
+                           lambda outer: _mm_restage(op, soc, cls, outer))
+    if isinstance(op, VectorOp):
+        return _restricted(space, lambda rows: rows[:, 3] == cls)
+    return space
+
+
+def _impl_candidates(case: OpCase, default_class: int | None,
+                     implmode: str) -> Iterable[tuple[Variant, int | None]]:
+    """(variant, implementation class) pairs Impl tuning explores, honouring op_select_implmode."""
+    base = case.default
+    if isinstance(base.sim_op, MatMul):
+        for cls in MATMUL_IMPLS:
+            if cls != default_class:
+                yield base, cls
+    elif isinstance(base.sim_op, VectorOp):
+        for v in case.impls:
+            cls = int(v.knowledge.get("impl", 0))
+            if cls != default_class and implmode in v.modes:
+                yield v, cls
+        return
+    for v in case.impls[1:]:  # kernels other than the default (GEMV, 1x1-as-matmul, depthwise vector)
+        if implmode in v.modes:
+            yield v, None
+
+
+def _knowledge(case: OpCase, variant: Variant, strategy: dict[str, int], impl: str) -> dict[str, Any]:
+    """The bank knowledge of a tuned case: the tiling in the family's fields plus format/impl choices."""
+    know: dict[str, Any] = {}
+    op = variant.sim_op
+    if case.family == "conv" and isinstance(op, Conv2D):
+        know.update(strategy)
+        n, c, h, w = op.x
+        ho, wo = op.out_hw
+        g = op.groups
+        know.setdefault("singleCoreCi", -(-c // g))
+        know.setdefault("singleCoreCo", -(-(op.weight[0] // g) // max(1, strategy["nDim"])))
+        know.setdefault("singleCoreHo", -(-ho // max(1, strategy["hoDim"])))
+        know.setdefault("singleCoreWo", wo)
+    elif case.family == "matmul" and isinstance(op, MatMul):
+        know.update(strategy)
+    elif case.family == "vector" and isinstance(op, VectorOp):
+        know.update(strategy)
+    else:
+        # a different kernel (e.g. GEMV for a matmul): keep the family's fields at their defaults so the
+        # record stays CANN-valid, and the kernel's own tiling under "kernel"
+        know.update(_family_placeholder(case))
+        know["kernel"] = {"op": type(op).__name__, "strategy": strategy}
+    if variant.knowledge.get("formats"):
+        know["formats"] = list(variant.knowledge["formats"])
+    if case.family != "vector":  # vector knowledge already has its integer `impl` field
+        know["impl"] = impl
+    return know
+
+
+def _family_placeholder(case: OpCase) -> dict[str, int]:
+    """Schema fields of the operator family at 0: the record says the family's kernel is not used."""
+    from ..bank.schema import schema_for
+
+    return {f: 0 for f in schema_for(case.op_type).knowledge_fields}
