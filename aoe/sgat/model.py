@@ -242,10 +242,12 @@ def region_data(graph: Graph, sub: Subgraph, soc: Soc, costs: CostCache,
                     rowel = _numel(shape[1:]) // max(1, shape[2] if len(shape) == 4 else 1)  # C*W
                     edge_mintile[key] = max(edge_mintile.get(key, 0.0), float(kh * rowel))
                     edge_halo[key] = max(edge_halo.get(key, 0.0), float(max(0, kh - sh) * rowel))
-                else:
-                    kdim = tx.shape[-1] if tx.shape else 1
-                    if op.attrs.get("transpose_x1") and len(tx.shape) >= 2:
-                        kdim = tx.shape[-2]
+                elif len(tx.shape) >= 2:
+                    # the on-chip operand must hold whole K panels: K is A's last axis, B's second
+                    # last (swapped when transposed)
+                    is_b = len(op.inputs) > 1 and op.inputs[1] == x
+                    flag = bool(op.attrs.get("transpose_x2" if is_b else "transpose_x1"))
+                    kdim = tx.shape[-2] if is_b != flag else tx.shape[-1]
                     edge_mintile[key] = max(edge_mintile.get(key, 0.0), float(kdim))
             ent = tensors.setdefault(base, [i, 0, graph.tensors[base].nbytes, 0.0])
             ent[1] |= 1 << j
@@ -279,10 +281,12 @@ def region_data(graph: Graph, sub: Subgraph, soc: Soc, costs: CostCache,
 def _is_barrier(graph: Graph, p: Op, tensor: str) -> bool:
     """True if `tensor` (an output of Vector op `p`) reduces across the leading (batch) axis.
 
-    Such a result (BatchNorm statistics, bias / gamma gradients) is complete only after every tile
-    of the producer has run, so no consumer can be fused with it.
+    Such a result (BatchNorm statistics, bias / gamma gradients, embedding-gradient scatters) is
+    complete only after every tile of the producer has run, so no consumer can be fused with it. It
+    is smaller than the producer's main input and does not keep its leading axis; a gather, a
+    transpose or a row statistic (LayerNorm mean) is not one.
     """
-    if is_cube(p):
+    if is_cube(p) or p.type in ("Gather", "GatherV2", "Transpose", "TransData"):
         return False
     ins = [graph.tensors[x] for x in p.inputs if graph.tensors[x].kind != "const"]
     if not ins:
@@ -291,7 +295,7 @@ def _is_barrier(graph: Graph, p: Op, tensor: str) -> bool:
     t = graph.tensors[tensor]
     if len(main.shape) < 2 or main.shape[0] <= 1:
         return False
-    return not t.shape or t.shape[0] != main.shape[0]
+    return t.numel < main.numel and (not t.shape or t.shape[0] != main.shape[0])
 
 
 def _escapes(graph: Graph, t: str, readers: dict[str, list[Op]], producer: dict[str, Op],

@@ -68,7 +68,10 @@ class SgatReport:
     records: list[SubgraphRecord] = field(default_factory=list)
     counters: Counters = field(default_factory=Counters)
     n_subgraphs: int = 0                # every subgraph of the partition (singletons included)
+    n_cases: int = 0                    # distinct tunable subgraphs (what the counters count)
     tuning_time_s: float = 0.0
+    skipped: list[dict[str, str]] = field(default_factory=list)   # operators that could not be priced
+    complete: bool = False              # False while tuning runs (or when it was interrupted)
 
     @property
     def model_baseline_ms(self) -> float:

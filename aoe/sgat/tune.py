@@ -48,12 +48,29 @@ class Prepared:
     cases: list[Case]
     fixed_us: float          # kernels outside tunable subgraphs, at their default time
     baseline_us: float       # the whole graph unfused
+    skipped: list[dict[str, str]]   # operators that cannot be priced: {"op", "op_type", "reason"}
 
 
 def prepare(graph: Graph, soc: Soc) -> Prepared:
-    """Partition `graph` and price every kernel once; group identical subgraphs by repo_key."""
-    subs = partition(graph)
+    """Partition `graph` and price every kernel once; group identical subgraphs by repo_key.
+
+    Operators the simulator cannot price (views excepted) are listed in `skipped` with the reason
+    (a dynamic dimension, an unknown operator type) and carried along at zero cost.
+    """
+    from ..ops import Unsupported, describe
+
     costs = CostCache(soc)
+    skipped: list[dict[str, str]] = []
+
+    def priceable(g: Graph, op: Op) -> bool:
+        try:
+            costs.price(describe(g, op).default.sim_op)
+        except (Unsupported, AoeError, ValueError, AssertionError) as exc:
+            skipped.append({"op": op.name, "op_type": op.type, "reason": str(exc) or type(exc).__name__})
+            return False
+        return True
+
+    subs = partition(graph, priceable)
     producer: dict[str, Op] = {t: op for op in graph.ops for t in op.outputs}
     readers: dict[str, list[Op]] = {}
     for op in graph.ops:
@@ -63,8 +80,6 @@ def prepare(graph: Graph, soc: Soc) -> Prepared:
     cases: dict[str, Case] = {}
     fixed = 0.0
     baseline = 0.0
-    from ..ops import describe
-
     for sub in subs:
         if sub.unsupported:
             continue
@@ -81,7 +96,7 @@ def prepare(graph: Graph, soc: Soc) -> Prepared:
             cases[key].subs.append(sub)
         else:
             cases[key] = Case(key, rd, [sub])
-    return Prepared(subs, list(cases.values()), fixed, baseline)
+    return Prepared(subs, list(cases.values()), fixed, baseline, skipped)
 
 
 def _time(rd: RegionData, plan: np.ndarray) -> float:
@@ -90,21 +105,23 @@ def _time(rd: RegionData, plan: np.ndarray) -> float:
 
 def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | None = None,
                repeat_tune: bool = False, on_subgraph: Callable[[SubgraphRecord], None] | None = None,
-               method: str = "auto") -> SgatReport:
+               method: str = "auto", on_progress: Callable[[SgatReport], None] | None = None) -> SgatReport:
     """Subgraph-tune `graph` on `soc`; with `bank_dir`, read and write its subgraph bank (SPEC §3).
 
     Without `bank_dir` nothing is read or written (every case counts as not in a bank). Identical
-    subgraphs (same repo_key) are tuned once. `on_subgraph` is called once per distinct subgraph,
-    in graph order, right after its bank decision.
+    subgraphs (same repo_key) are tuned once. `on_subgraph(record)` is called once per distinct
+    subgraph, in graph order, right after its bank decision; `on_progress(report)` then gets the
+    report so far (subgraphs not reached yet count at their unfused time), for real-time result files.
     """
     soc = load_soc(soc)
     check_soc(soc)
     start = time.perf_counter()
     prep = prepare(graph, soc)
     bank = SubgraphBank(bank_dir) if bank_dir is not None else None
-    counters = Counters()
-    records: list[SubgraphRecord] = []
-    result_us = prep.fixed_us
+    report = SgatReport(soc=soc.name, model_baseline_us=prep.baseline_us, model_result_us=prep.baseline_us,
+                        n_subgraphs=len(prep.subgraphs), n_cases=len(prep.cases), skipped=prep.skipped)
+    counters = report.counters
+    records = report.records
     for case in prep.cases:
         rd = case.rd
         base = unfused_plan(rd)
@@ -141,12 +158,15 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
             after_us=after_t, outcome=outcome, method=method_used, plan=[int(v) for v in after_plan],
             evaluated=evaluated)
         records.append(rec)
-        result_us += after_t * len(case.subs)
+        report.model_result_us += (after_t - rd.baseline_us()) * len(case.subs)
+        report.tuning_time_s = time.perf_counter() - start
         if on_subgraph is not None:
             on_subgraph(rec)
-    return SgatReport(soc=soc.name, model_baseline_us=prep.baseline_us, model_result_us=result_us,
-                      records=records, counters=counters, n_subgraphs=len(prep.subgraphs),
-                      tuning_time_s=time.perf_counter() - start)
+        if on_progress is not None:
+            on_progress(report)
+    report.complete = True
+    report.tuning_time_s = time.perf_counter() - start
+    return report
 
 
 def apply_bank(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str]) -> tuple[float, float]:
