@@ -6,8 +6,8 @@
 from .graph_tune import FAILED, INCOMPLETE, SUCCESS, OpatReport, OpRecord, improvement, price, select_ops, tune_graph
 from .search import Budget, Measure, SearchResult, beam, exhaustive, random_search, search, simulator_measure
 from .space import FactoredSpace, space_for
-from .tune import KINDS, KindGain, TuneResult, tune_case
+from .tune import KINDS, KindGain, TuneResult, case_for, tune_case, tune_op
 
-__all__ = ["tune_graph", "tune_case", "OpatReport", "OpRecord", "TuneResult", "KindGain", "KINDS", "Budget",
+__all__ = ["tune_graph", "tune_case", "tune_op", "case_for", "OpatReport", "OpRecord", "TuneResult", "KindGain", "KINDS", "Budget",
            "Measure", "SearchResult", "search", "beam", "exhaustive", "random_search", "simulator_measure",
            "FactoredSpace", "space_for", "price", "select_ops", "improvement", "SUCCESS", "FAILED", "INCOMPLETE"]

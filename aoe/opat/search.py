@@ -115,10 +115,11 @@ def exhaustive(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget
 
 
 def beam(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget | None = None,
-         width: int | None = None, seed: int = 0) -> SearchResult:
+         width: int | None = None, seed: int = 0, prune: bool = True) -> SearchResult:
     """Lower-bound-ordered pricing of the outer choices, then every inner choice of the best ones.
 
-    Phase 2 expands outer choices best-first until the budget is spent (or `width` of them).
+    Phase 2 expands outer choices best-first until the budget is spent (or `width` of them). The
+    bound is the simulator's: with another measure (`prune=False`) it only orders, never prunes.
     """
     budget = budget or Budget()
     tr = _Tracker(op, measure, budget)
@@ -132,6 +133,8 @@ def beam(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget | Non
     else:
         # ties (equal bounds) in a seeded but fixed order
         order = np.lexsort((rng.permutation(len(outer)), lb))
+    if not prune:
+        lb = None
     # Phase 1: outer choices with default staging, at most 60% of the budget.
     phase1_cap = int(0.6 * tr.left()) if budget.evaluations is not None else len(order)
     times_outer = np.full(len(outer), np.inf)
@@ -178,12 +181,15 @@ def random_search(rows: np.ndarray, op: SimOp, measure: Measure, budget: Budget,
 
 
 def search(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget | None = None,
-           seed: int = 0) -> SearchResult:
-    """Pick the driver: exhaustive when the whole space fits the budget, else the beam search."""
+           seed: int = 0, prune: bool = True) -> SearchResult:
+    """Pick the driver: exhaustive when the whole space fits the budget, else the beam search.
+
+    `prune=False` when `measure` is not the simulator (its lower bound would not bind it).
+    """
     budget = budget or Budget()
     limit = budget.evaluations if budget.evaluations is not None else 1 << 62
     # Exhaustive when the space surely fits (outer rows expand to a few dozen strategies each, so
     # only a small outer set is worth counting exactly); the beam search otherwise.
     if len(space.outer) * 8 <= limit and space.size_at_most(limit):
         return exhaustive(space, op, measure, budget)
-    return beam(space, op, measure, budget, seed=seed)
+    return beam(space, op, measure, budget, seed=seed, prune=prune)

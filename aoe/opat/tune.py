@@ -166,11 +166,21 @@ def tune_case(case: OpCase, soc: Soc | str, kinds: Sequence[str] = KINDS, budget
     if implmode not in IMPL_MODES:
         raise AoeError(f"op_select_implmode must be one of {', '.join(IMPL_MODES)}, got {implmode!r}")
     budget = budget or Budget()
+    prune = measure is None  # the simulator's lower bound binds only the simulator
     measure = measure or simulator_measure(soc, threads)
     evals = 0
     conv_cache: dict[Any, float] = {}
     base = case.default
     before, default_strat = _price_default(soc, base, measure)
+    if isinstance(base.sim_op, VectorOp):
+        # CANN's default honours op_select_implmode too: never start from a disallowed implementation
+        allowed = {int(v.knowledge.get("impl", 0)) for v in case.impls if implmode in v.modes}
+        if default_strat["impl"] not in allowed and allowed:
+            from ..sim.heuristics import default_vector
+
+            default_strat = default_vector(soc, base.sim_op, allowed)
+            row = np.array([[default_strat[f] for f in strategy_fields(base.sim_op)]], dtype=np.int64)
+            before = float(measure(base.sim_op, row)[0])
     evals += 1
     if not np.isfinite(before):
         raise AoeError(f"{case.op_type} {case.op_name!r}: the default strategy is not valid on {soc.name}")
@@ -183,7 +193,7 @@ def tune_case(case: OpCase, soc: Soc | str, kinds: Sequence[str] = KINDS, budget
         nonlocal evals
         sub = Budget(evaluations=None if budget.evaluations is None else max(1, int(budget.evaluations * share)),
                      seconds=None if budget.seconds is None else budget.seconds * share)
-        res = search(space, variant.sim_op, measure, sub, seed=seed)
+        res = search(space, variant.sim_op, measure, sub, seed=seed, prune=prune)
         evals += res.evaluations
         return res
 
@@ -329,3 +339,58 @@ def _family_placeholder(case: OpCase) -> dict[str, int]:
     from ..bank.schema import schema_for
 
     return {f: 0 for f in schema_for(case.op_type).knowledge_fields}
+
+
+def case_for(op: Any) -> OpCase:
+    """The tuning case of a simulator descriptor, a single-operator description dict, or an OpCase."""
+    from ..ops import describe
+    from ..sim import Conv2D as _Conv, MatMul as _MatMul, VectorOp as _Vec
+    from .single import single_ops_graph
+
+    if isinstance(op, OpCase):
+        return op
+    if isinstance(op, dict):
+        g = single_ops_graph(op)
+        return describe(g, g.ops[0])
+    if isinstance(op, _MatMul):
+        a = [op.k, op.m] if op.trans_a else [op.m, op.k]
+        b = [op.n, op.k] if op.trans_b else [op.k, op.n]
+        batched = op.batch > 1 or (op.batch_b or 1) > 1
+        if batched:
+            a, b = [op.batch, *a], [op.batch_b or op.batch, *b]
+        ins = [{"shape": a, "type": op.dtype, "format": "ND"}, {"shape": b, "type": op.dtype, "format": "ND"}]
+        if op.bias:
+            ins.append({"shape": [op.n], "type": op.dtype, "format": "ND"})
+        out = [op.batch, op.m, op.n] if batched else [op.m, op.n]
+        spec = {"op": "BatchMatMulV2" if batched else "MatMulV2", "input_desc": ins,
+                "output_desc": [{"shape": out, "type": op.out_dtype, "format": "ND"}],
+                "attr": {"transpose_x1": op.trans_a, "transpose_x2": op.trans_b, "has_bias": op.bias}}
+        return case_for(spec)
+    if isinstance(op, _Conv):
+        ho, wo = op.out_hw
+        spec = {"op": "Conv2D", "input_desc": [{"shape": list(op.x), "type": op.dtype, "format": "NCHW"},
+                                               {"shape": list(op.weight), "type": op.dtype, "format": "NCHW"}],
+                "output_desc": [{"shape": [op.x[0], op.weight[0], ho, wo], "type": op.out_dtype, "format": "NCHW"}],
+                "attr": {"strides": list(op.strides), "pads": list(op.pads), "dilations": list(op.dilations),
+                         "groups": op.groups, "kernel": list(op.weight[2:]), "has_bias": op.bias}}
+        if op.op_type != "Conv2D":
+            raise AoeError("tune a convolution gradient through its graph operator (tune_graph) or an OpCase")
+        return case_for(spec)
+    if isinstance(op, _Vec):
+        attrs: dict[str, Any] = {}
+        if op.axes:
+            attrs["axes"] = list(op.axes)
+        if op.perm:
+            attrs["perm"] = list(op.perm)
+        spec = {"op": op.op_type, "input_desc": [{"shape": list(op.shape), "type": op.dtype, "format": "ND"}],
+                "output_desc": [{"shape": list(op.shape), "type": op.out_dtype, "format": "ND"}], "attr": attrs}
+        return case_for(spec)
+    raise AoeError(f"cannot tune {op!r}: give an aoe.sim descriptor, a single-operator dict or an OpCase")
+
+
+def tune_op(op: Any, soc: Soc | str = "Ascend910B2", kinds: Sequence[str] = KINDS, budget: Budget | None = None,
+            measure: Measure | None = None, implmode: str = HIGH_PERFORMANCE, seed: int = 0,
+            threads: int = 1) -> TuneResult:
+    """Tune one operator: best strategy, before/after µs, the gain of each kind, evaluations spent."""
+    return tune_case(case_for(op), soc, kinds=kinds, budget=budget, measure=measure, implmode=implmode,
+                     seed=seed, threads=threads)

@@ -144,7 +144,7 @@ def _matmul_case(graph: Graph, op: Op) -> OpCase:
     })
     default = Variant("ND,ND,ND", base)
     # Format: FRACTAL_NZ operands. A weight (param/const) can be kept in NZ for free; an activation
-    # needs a TransData ND->NZ before the kernel, an NZ result one NZ->ND after it.
+    # or a graph input needs a TransData ND->NZ before the kernel, an NZ result one NZ->ND after it.
     formats = [default]
     for fa in ("ND", "FRACTAL_NZ"):
         for fb in ("ND", "FRACTAL_NZ"):
@@ -152,9 +152,9 @@ def _matmul_case(graph: Graph, op: Op) -> OpCase:
                 if (fa, fb, fc) == ("ND", "ND", "ND"):
                     continue
                 extra: list[SimOp] = []
-                if fa == "FRACTAL_NZ" and graph.tensors[a_name].kind == "activation":
+                if fa == "FRACTAL_NZ" and graph.tensors[a_name].kind in ("activation", "input"):
                     extra.append(_transdata(a, dtype, "ND", "FRACTAL_NZ"))
-                if fb == "FRACTAL_NZ" and graph.tensors[b_name].kind == "activation":
+                if fb == "FRACTAL_NZ" and graph.tensors[b_name].kind in ("activation", "input"):
                     extra.append(_transdata(b, dtype, "ND", "FRACTAL_NZ"))
                 if fc == "FRACTAL_NZ":
                     extra.append(_transdata(_shape(graph, op.outputs[0]), base.out_dtype, "FRACTAL_NZ", "ND"))

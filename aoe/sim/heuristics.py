@@ -110,8 +110,12 @@ def default_matmul(soc: Soc, op: MatMul) -> dict[str, int]:
     raise AssertionError(f"default matmul tiling invalid ({_sim.REASONS[int(reasons[0])]}) for {op}")
 
 
-def default_vector(soc: Soc, op: VectorOp) -> dict[str, int]:
-    """CANN-like vector tiling: all useful cores, the largest double-buffered UB tile that fits."""
+def default_vector(soc: Soc, op: VectorOp, allowed_impls: set[int] | None = None) -> dict[str, int]:
+    """CANN-like vector tiling: all useful cores, the largest double-buffered UB tile that fits.
+
+    `allowed_impls` restricts the implementations (e.g. no atomic multi-core reduction under
+    op_select_implmode=high_precision).
+    """
     ea = DTYPE_BYTES[op.dtype]
     align = 32 // ea
     elems = op.elements
@@ -125,7 +129,8 @@ def default_vector(soc: Soc, op: VectorOp) -> dict[str, int]:
         rows = max(1, elems // max(1, row_len))
     units = rows if op.axes else _cdiv(elems, align)
     impl = 0
-    if op.op_type.startswith("Reduce") and rows < soc.vector_cores and op.impls > 1:
+    if (op.op_type.startswith("Reduce") and rows < soc.vector_cores and op.impls > 1
+            and (allowed_impls is None or 1 in allowed_impls)):
         impl = 1  # too few rows to keep the cores busy: split rows and accumulate atomically
         units = max(1, min(soc.vector_cores, _cdiv(row_len, align)))
     block = max(1, min(soc.vector_cores, units))
@@ -141,6 +146,8 @@ def default_vector(soc: Soc, op: VectorOp) -> dict[str, int]:
             cands.append([block, t, db, 2 if softmax_fit and t >= row_len else impl])
             if softmax_fit:
                 cands.append([block, t, db, impl])
+    if allowed_impls is not None:
+        cands = [c for c in cands if c[3] in allowed_impls] or [[block, t, 1, min(allowed_impls)] for t in tiles]
     reasons = _valid(soc, op, cands)
     for c, r in zip(cands, reasons):
         if r == 0:
