@@ -26,7 +26,7 @@ from aoe.graph.ir import Graph, Op, Tensor
 from aoe.sgat import (SGAT_SECTION_SCHEMA, apply_bank, evaluate, improvement, partition, prepare, tune_graph,
                       unfused_plan)
 from aoe.sgat.keys import plan_knowledge
-from aoe.sgat.model import N_TILES, S_SEPARATED, S_UB, BARRIER
+from aoe.sgat.model import BARRIER, N_SPLITS, N_TILES, S_SEPARATED, S_UB
 from aoe.sgat.partition import MAX_CUBE, MAX_OPS, is_cube
 from aoe.sgat.search import EXHAUSTIVE_LIMIT, all_plans, beam, dp_chain, exhaustive, search
 from aoe.soc import load_soc
@@ -134,8 +134,8 @@ def test_batched_evaluation_matches_one_by_one(data: st.DataObject) -> None:
     single = np.array([evaluate(rd, p[None])[0] for p in plans])
     assert np.array_equal(batched, single)
     e = rd.n_edges
-    bad = (plans[:, :e] < 0).any(1) | (plans[:, :e] > 1).any(1) | (plans[:, e] >= N_TILES) | (plans[:, e] < 0) \
-        | (plans[:, e + 1] < 0) | (plans[:, e + 1] > 1)
+    bad = (plans[:, :e] < 0).any(1) | (plans[:, :e] > 1).any(1) | (plans[:, e] < 0) | (plans[:, e] >= N_SPLITS) \
+        | (plans[:, e + 1] >= N_TILES) | (plans[:, e + 1] < 0) | (plans[:, e + 2] < 0) | (plans[:, e + 2] > 1)
     assert np.isinf(batched[bad]).all()
 
 
@@ -145,7 +145,9 @@ def test_capacity_and_barriers_make_plans_invalid() -> None:
     e = int(np.flatnonzero(rd.edgef[:, BARRIER])[0])
     plans = all_plans(rd)
     t = evaluate(rd, plans)
-    assert np.isinf(t[plans[:, e] == 1]).all()          # a reduction result never fuses with its reader
+    rows = plans[:, rd.n_edges] == 0
+    assert np.isinf(t[rows & (plans[:, e] == 1)]).all()   # under the row split a reduction result never
+    #                                                       fuses with its reader
     # UB too small for any fused tile: every plan that fuses two Vector operators is invalid
     tiny = rd.socp.copy()
     tiny[S_UB] = 1024.0

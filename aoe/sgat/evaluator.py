@@ -1,14 +1,19 @@
 """The fusion-plan evaluator: many plans of one subgraph per call, in Numba nopython code.
 
 A plan is a row of ints: one bit per internal edge (1 = producer and consumer run in one fused
-kernel, the data stays on chip), then the tile-size index t (the fused kernels iterate along their
-split axis in tiles of `TILE_BASE << t` elements per core), then the L2 flag (1 = intermediates
-handed from one kernel to another stay resident in L2). Kernels are the connected components of the
-fused edges. Invalid plans get `inf`:
+kernel, the data stays on chip), then the split axis (0 = rows: every tile holds whole rows of the
+kernel's main tensor; 1 = columns: every tile holds whole columns — the last axis of ND data, the
+channels of NCHW data — across all rows), then the tile-size index t (the fused kernels iterate in
+tiles of `TILE_BASE << t` elements per core), then the L2 flag (1 = intermediates handed from one
+kernel to another stay resident in L2). Kernels are the connected components of the fused edges.
+Invalid plans get `inf`:
 
 - a value out of range; an unfused edge inside one kernel (inconsistent bits); a kernel that is not
   convex (some path leaves it and comes back: it could not run as one launch);
-- a fused barrier edge (the consumer needs a whole-tensor reduction result);
+- a fused barrier edge (the consumer needs a whole-tensor reduction result) under the row split;
+  under the column split a tile holds whole columns, so the reduction finishes inside the tile;
+- under the column split: a tile smaller than one whole column, or a Softmax/LayerNorm row operator
+  (its rows would be cut);
 - a fused kernel whose live tiles (inputs, outputs, intermediates, +25% temporaries) do not fit UB
   even single-buffered, whose Cube accumulator tile does not fit L0C, whose Softmax/LayerNorm rows do
   not fit one tile, or whose on-chip Cube operand (a fused vector -> Cube edge) misses a whole K
@@ -22,8 +27,9 @@ hand-off reads served by L2). A fused kernel costs
     + shared fill/set-up (largest op's + 25% of the others') + tiles * per-tile set-up
 with memory = sum of each op's memory time scaled by the share of its bytes that still go to HBM
 (fused reads are free; a write is free when every reader is in the kernel and nothing outside needs
-it), plus atomic partials of fused reductions. Small tiles cost Cube efficiency and per-tile set-up;
-big tiles leave cores idle on small tensors. On separated SoCs (Ascend910B*) a Cube -> Vector edge
+it), plus atomic partials of reductions fused under the row split; under the column split every
+op's memory time is divided by the DMA burst efficiency of its strided runs (run / (run + 64 B)).
+Small tiles cost Cube efficiency and per-tile set-up; big tiles leave cores idle on small tensors. On separated SoCs (Ascend910B*) a Cube -> Vector edge
 goes through L2 (and pays the hand-off), never UB.
 """
 from __future__ import annotations
@@ -31,17 +37,19 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .model import (BARRIER, BYTES, C, CUBE, EMAIN, HALO, M, MINTILE, N_TILES, OUTB, R, READB, RED, ROW,
+from .model import (BARRIER, BYTES, C, CROWS, CRUN, CUBE, EMAIN, HALO, M, MINTILE, N_SPLITS, N_TILES, OUTB, R,
+                    READB, RED, ROW,
                     S_CUBE_CORES, S_HANDOFF_US, S_HBM_BPUS, S_INSTR_US, S_L0C, S_L1, S_L2_BPUS, S_L2CAP,
                     S_LAT_US, S_LAUNCH, S_SEPARATED, S_TILE_US, S_UB, S_VEC_CORES, T, TILE_BASE, RegionData)
 
 INF = np.inf
 CUBE_REF_TILE = 16384.0   # a 128x128 output block: smaller fused tiles cost Cube efficiency
 UB_TMP = 1.25             # temporaries on top of the live tiles
+DMA_OVERHEAD = 64.0       # bytes a DMA burst costs on top of its payload
 
 
 @njit(cache=True)
-def _kernel_cost(K, tile, l2, edges, opf, edgef, tens, tensf, socp):
+def _kernel_cost(K, split, tile, l2, edges, opf, edgef, tens, tensf, socp):
     """Time (µs) of the kernel holding the ops of bitmask K; inf when it cannot be built."""
     n = opf.shape[0]
     ne = edges.shape[0]
@@ -78,6 +86,16 @@ def _kernel_cost(K, tile, l2, edges, opf, edgef, tens, tensf, socp):
     if used > cores:
         used = cores
     ntiles = np.ceil(emax / (tile_el * cores))
+    cols_in_tile = 0.0
+    if split == 1:
+        # whole columns per tile: the longest column (in main-tensor elements) must fit
+        need = 0.0
+        for i in range(n):
+            if (K >> i) & 1:
+                need = max(need, opf[i, CROWS] * emax / opf[i, EMAIN])
+        if tile_el < need:
+            return INF
+        cols_in_tile = np.floor(tile_el / need)
     pen = 1.0
     if tile_el < CUBE_REF_TILE:
         pen = (CUBE_REF_TILE / tile_el) ** 0.3
@@ -97,7 +115,7 @@ def _kernel_cost(K, tile, l2, edges, opf, edgef, tens, tensf, socp):
                 continue
             s = edges[e, 0]
             if (K >> s) & 1:
-                if edgef[e, BARRIER] > 0.5:
+                if edgef[e, BARRIER] > 0.5 and split == 0:
                     return INF
                 if sep and opf[s, CUBE] > 0.5 and opf[i, CUBE] < 0.5:
                     saved += edgef[e, READB] * (1.0 - ratio)
@@ -122,12 +140,18 @@ def _kernel_cost(K, tile, l2, edges, opf, edgef, tens, tensf, socp):
                 else:
                     saved += tensf[t, 0]
         frac = min(1.0, saved / opf[i, BYTES])
-        mem += opf[i, M] * (1.0 - frac)
-        if opf[i, RED] > 0.5:
-            # partial results of every core are accumulated atomically (read + write)
-            mem += opf[i, OUTB] * used * 2.0 / hbm
-        if opf[i, ROW] > 0.0 and tile_el < opf[i, ROW] * emax / opf[i, EMAIN]:
-            return INF
+        if split == 0:
+            mem += opf[i, M] * (1.0 - frac)
+            if opf[i, RED] > 0.5:
+                # partial results of every core are accumulated atomically (read + write)
+                mem += opf[i, OUTB] * used * 2.0 / hbm
+            if opf[i, ROW] > 0.0 and tile_el < opf[i, ROW] * emax / opf[i, EMAIN]:
+                return INF
+        else:
+            if opf[i, ROW] > 0.0:
+                return INF
+            run = cols_in_tile * opf[i, CRUN]
+            mem += opf[i, M] * (1.0 - frac) * (run + DMA_OVERHEAD) / run
         if opf[i, CUBE] > 0.5:
             ccube += opf[i, C] * pen
         else:
@@ -172,9 +196,10 @@ def _evaluate(plans, edges, opf, edgef, tens, tensf, reach, anc, socp):
         for e in range(ne):
             if plans[p, e] < 0 or plans[p, e] > 1:
                 ok = False
-        tile = plans[p, ne]
-        l2 = plans[p, ne + 1]
-        if tile < 0 or tile >= N_TILES or l2 < 0 or l2 > 1 or not ok:
+        split = plans[p, ne]
+        tile = plans[p, ne + 1]
+        l2 = plans[p, ne + 2]
+        if split < 0 or split >= N_SPLITS or tile < 0 or tile >= N_TILES or l2 < 0 or l2 > 1 or not ok:
             out[p] = INF
             continue
         # kernels = components of the fused edges (label = smallest op index)
@@ -218,7 +243,7 @@ def _evaluate(plans, edges, opf, edgef, tens, tensf, reach, anc, socp):
             if (desc & an) & ~K:
                 ok = False
                 break
-            total += _kernel_cost(K, tile, l2, edges, opf, edgef, tens, tensf, socp)
+            total += _kernel_cost(K, split, tile, l2, edges, opf, edgef, tens, tensf, socp)
         if not ok:
             out[p] = INF
             continue
@@ -260,10 +285,10 @@ def _evaluate(plans, edges, opf, edgef, tens, tensf, reach, anc, socp):
 
 
 @njit(cache=True)
-def _kernel_costs(masks, tile, l2, edges, opf, edgef, tens, tensf, socp):
+def _kernel_costs(masks, split, tile, l2, edges, opf, edgef, tens, tensf, socp):
     out = np.empty(masks.shape[0])
     for j in range(masks.shape[0]):
-        out[j] = _kernel_cost(masks[j], tile, l2, edges, opf, edgef, tens, tensf, socp)
+        out[j] = _kernel_cost(masks[j], split, tile, l2, edges, opf, edgef, tens, tensf, socp)
     return out
 
 
@@ -275,12 +300,12 @@ def evaluate(rd: RegionData, plans: np.ndarray) -> np.ndarray:
     return _evaluate(plans, *rd.arrays())
 
 
-def kernel_costs(rd: RegionData, masks: np.ndarray, tile: int, l2: int) -> np.ndarray:
-    """Times (µs) of single kernels (op bitmasks) at one tile index and L2 flag (for the chain DP)."""
-    return _kernel_costs(np.ascontiguousarray(masks, dtype=np.int64), int(tile), int(l2), rd.edges, rd.opf,
-                         rd.edgef, rd.tens, rd.tensf, rd.socp)
+def kernel_costs(rd: RegionData, masks: np.ndarray, split: int, tile: int, l2: int) -> np.ndarray:
+    """Times (µs) of single kernels (op bitmasks) at one split axis, tile index and L2 flag (chain DP)."""
+    return _kernel_costs(np.ascontiguousarray(masks, dtype=np.int64), int(split), int(tile), int(l2), rd.edges,
+                         rd.opf, rd.edgef, rd.tens, rd.tensf, rd.socp)
 
 
 def unfused_plan(rd: RegionData) -> np.ndarray:
-    """The baseline plan: every kernel on its own (CANN default), no L2 residency."""
+    """The baseline plan: every kernel on its own (CANN default), row split, no L2 residency."""
     return np.zeros(rd.plan_width, dtype=np.int64)

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..graph.ir import Graph, Op
 from ..soc import Soc
-from .model import N_TILES, TILE_BASE, RegionData
+from .model import N_SPLITS, N_TILES, TILE_BASE, RegionData
 from .partition import Subgraph
 
 KEY_VERSION = 1
@@ -69,7 +69,8 @@ def plan_knowledge(rd: RegionData, plan: np.ndarray, kernel_types: list[str]) ->
     p = [int(v) for v in plan]
     fused = [[int(a), int(b)] for (a, b), bit in zip(rd.edges.tolist(), p[:e]) if bit]
     return {"plan": p, "edges": rd.edges.tolist(), "fused_edges": fused,
-            "tile_elems": TILE_BASE << p[e], "l2_resident": bool(p[e + 1]), "op_types": list(kernel_types)}
+            "split_axis": ("rows", "columns")[p[e]], "tile_elems": TILE_BASE << p[e + 1],
+            "l2_resident": bool(p[e + 2]), "op_types": list(kernel_types)}
 
 
 def plan_from_knowledge(rd: RegionData, knowledge: Any) -> np.ndarray | None:
@@ -82,6 +83,7 @@ def plan_from_knowledge(rd: RegionData, knowledge: Any) -> np.ndarray | None:
     if knowledge.get("edges", rd.edges.tolist()) != rd.edges.tolist():
         return None
     e = rd.n_edges
-    if any(v not in (0, 1) for v in p[:e]) or not 0 <= p[e] < N_TILES or p[e + 1] not in (0, 1):
+    if (any(v not in (0, 1) for v in p[:e]) or not 0 <= p[e] < N_SPLITS or not 0 <= p[e + 1] < N_TILES
+            or p[e + 2] not in (0, 1)):
         return None
     return np.array(p, dtype=np.int64)

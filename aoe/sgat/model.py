@@ -14,6 +14,8 @@ Per operator i (row of `opf`):
     ROW    elements a tile must hold whole when fused (a Softmax/LayerNorm row), else 0
     RED    1 for cross-tile reductions (partials are accumulated atomically when fused)
     OUTB   bytes of its outputs
+    CROWS  elements of one column of its main tensor (column = last axis of ND data, channel of NCHW)
+    CRUN   contiguous bytes one column contributes per row (an element of ND data, an HxW plane of NCHW)
 Per edge e (producer -> consumer inside the subgraph, through views): READB bytes the consumer reads
 over it, BARRIER (1 = the data is a whole-tensor reduction result: the consumer cannot start before
 every tile is done, so the edge can never fuse), MINTILE (a Cube consumer needs a whole K panel /
@@ -34,8 +36,8 @@ from ..soc import Soc
 from .partition import Subgraph, is_cube
 
 # opf columns
-T, C, M, R, BYTES, CUBE, EMAIN, ROW, RED, OUTB = range(10)
-N_OPF = 10
+T, C, M, R, BYTES, CUBE, EMAIN, ROW, RED, OUTB, CROWS, CRUN = range(12)
+N_OPF = 12
 # edgef columns
 READB, BARRIER, MINTILE, HALO = range(4)
 N_EDGEF = 4
@@ -44,6 +46,7 @@ N_EDGEF = 4
  S_CUBE_CORES, S_VEC_CORES, S_INSTR_US, S_LAT_US) = range(14)
 N_SOCP = 14
 
+N_SPLITS = 2           # split axis: 0 = rows (whole rows per tile), 1 = columns (whole columns per tile)
 N_TILES = 8            # tile sizes TILE_BASE << 0 .. TILE_BASE << 7 elements per core tile
 TILE_BASE = 512
 MAX_KERNELS = 16       # bitmask width limit of the evaluator (partition caps subgraphs at 8)
@@ -97,13 +100,13 @@ class RegionData:
 
     @property
     def plan_width(self) -> int:
-        """Length of a plan vector: one bit per edge, the tile index, the L2 flag."""
-        return self.n_edges + 2
+        """Length of a plan vector: one bit per edge, the split axis, the tile index, the L2 flag."""
+        return self.n_edges + 3
 
     @property
     def n_plans(self) -> int:
         """Size of the whole plan space."""
-        return (1 << self.n_edges) * N_TILES * 2
+        return (1 << self.n_edges) * N_SPLITS * N_TILES * 2
 
     @property
     def is_chain(self) -> bool:
@@ -208,8 +211,19 @@ def region_data(graph: Graph, sub: Subgraph, soc: Soc, costs: CostCache,
                 axes = op.attrs.get("axes") or [len(shape) - 1]
                 first = min(int(a) % len(shape) for a in axes) if shape else 0
                 row = _numel(shape[first:])
+        mt = max(out_t if cube else [x for x in in_t if x.kind != "const"] + out_t,
+                 key=lambda x: x.numel, default=None)
+        if op.type == "Conv2DBackpropFilter":
+            mt = max(in_t, key=lambda x: x.numel)
+        crows, crun = 1.0, 2.0
+        if mt is not None and mt.shape:
+            e = max(1, mt.nbytes // max(1, mt.numel))
+            if len(mt.shape) == 4 and mt.format.startswith("NC"):
+                crows, crun = mt.numel / max(1, mt.shape[1]), float(mt.shape[2] * mt.shape[3] * e)
+            else:
+                crows, crun = mt.numel / max(1, mt.shape[-1]), float(e)
         opf[i] = (t, c, m, r, max(nb, 1), float(cube), max(emain, 1), row,
-                  float(op.type in REDUCE_TYPES), sum(x.nbytes for x in out_t))
+                  float(op.type in REDUCE_TYPES), sum(x.nbytes for x in out_t), max(crows, 1.0), crun)
 
     # edges and intermediate tensors
     edge_read: dict[tuple[int, int], float] = {}

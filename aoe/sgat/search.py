@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit
 
 from .evaluator import evaluate, kernel_costs, unfused_plan
-from .model import N_TILES, RegionData
+from .model import N_SPLITS, N_TILES, RegionData
 
 EXHAUSTIVE_LIMIT = 65536
 BATCH = 65536
@@ -46,15 +46,17 @@ def _best(plans: np.ndarray, times: np.ndarray) -> int:
 
 
 def all_plans(rd: RegionData, start: int = 0, stop: int | None = None) -> np.ndarray:
-    """Plans number start..stop-1 of the whole space (edge bits vary fastest, then tile, then L2)."""
+    """Plans number start..stop-1 of the whole space (edge bits fastest, then split, tile, L2)."""
     e = rd.n_edges
     stop = rd.n_plans if stop is None else min(stop, rd.n_plans)
     k = np.arange(start, stop, dtype=np.int64)
-    out = np.empty((len(k), e + 2), dtype=np.int64)
+    out = np.empty((len(k), e + 3), dtype=np.int64)
     if e:
         out[:, :e] = (k[:, None] >> np.arange(e, dtype=np.int64)) & 1
-    out[:, e] = (k >> e) % N_TILES
-    out[:, e + 1] = (k >> e) // N_TILES
+    rest = k >> e
+    out[:, e] = rest % N_SPLITS
+    out[:, e + 1] = (rest // N_SPLITS) % N_TILES
+    out[:, e + 2] = rest // (N_SPLITS * N_TILES)
     return out
 
 
@@ -85,34 +87,34 @@ def dp_chain(rd: RegionData) -> SearchResult:
             handoff[p + 1] += rd.tensf[t, 0]
     from .model import S_L2CAP
     cap = rd.socp[S_L2CAP]
-    best: tuple[float, tuple[int, ...], int, int] | None = None
+    best: tuple[float, tuple[int, ...], int, int, int] | None = None
     evaluated = 0
-    for l2 in (0, 1):
-        for tile in range(N_TILES):
-            cost = kernel_costs(rd, masks, tile, l2)
-            evaluated += len(masks)
-            seg_cost = {s: float(c) for s, c in zip(segs, cost)}
-            # f[b] = best time of ops 0..b-1, with its segment ends (lexicographically smallest on ties)
-            f: list[tuple[float, tuple[int, ...]]] = [(0.0, ())] + [(float("inf"), ())] * n
-            for b in range(1, n + 1):
-                for a in range(b):
-                    if l2 and a > 0 and handoff[a] > cap:
-                        continue
-                    v = f[a][0] + seg_cost[(a, b - 1)]
-                    cand = (v, f[a][1] + (b - 1,))
-                    if cand[0] < f[b][0] or (cand[0] == f[b][0] and cand[1] < f[b][1]):
-                        f[b] = cand
-            cand_best = (f[n][0], f[n][1], tile, l2)
-            if best is None or cand_best[0] < best[0]:
-                best = cand_best
+    for l2, tile, split in ((a, b, c) for a in (0, 1) for b in range(N_TILES) for c in range(N_SPLITS)):
+        cost = kernel_costs(rd, masks, split, tile, l2)
+        evaluated += len(masks)
+        seg_cost = {s: float(c) for s, c in zip(segs, cost)}
+        # f[b] = best time of ops 0..b-1, with its segment ends (lexicographically smallest on ties)
+        f: list[tuple[float, tuple[int, ...]]] = [(0.0, ())] + [(float("inf"), ())] * n
+        for b in range(1, n + 1):
+            for a in range(b):
+                if l2 and a > 0 and handoff[a] > cap:
+                    continue
+                v = f[a][0] + seg_cost[(a, b - 1)]
+                cand = (v, f[a][1] + (b - 1,))
+                if cand[0] < f[b][0] or (cand[0] == f[b][0] and cand[1] < f[b][1]):
+                    f[b] = cand
+        cand_best = (f[n][0], f[n][1], split, tile, l2)
+        if best is None or cand_best[0] < best[0]:
+            best = cand_best
     assert best is not None
-    _, ends, tile, l2 = best
+    _, ends, split, tile, l2 = best
     plan = np.zeros(rd.plan_width, dtype=np.int64)
     ends_set = set(ends)
     for i in range(n - 1):
         plan[i] = 0 if i in ends_set else 1
-    plan[n - 1] = tile
-    plan[n] = l2
+    plan[n - 1] = split
+    plan[n] = tile
+    plan[n + 1] = l2
     t = float(evaluate(rd, plan[None])[0])
     return SearchResult(plan, t, "dp", evaluated)
 
@@ -143,52 +145,79 @@ def _complete(plans, k, edges, n):
     return plans
 
 
-def beam(rd: RegionData, width: int = 32) -> SearchResult:
-    """Deterministic beam search over the edges, then local search from the best plan."""
+def beam(rd: RegionData, width: int = 16) -> SearchResult:
+    """Deterministic beam search over the edges per (split, tile, L2), then local search."""
     e = rd.n_edges
     w = rd.plan_width
-    starts = np.zeros((N_TILES * 2, w), dtype=np.int64)
-    starts[:, e] = np.tile(np.arange(N_TILES), 2)
-    starts[:, e + 1] = np.repeat([0, 1], N_TILES)
-    states = starts
+    combos = [(sp, tl, l2) for l2 in (0, 1) for tl in range(N_TILES) for sp in range(N_SPLITS)]
     evaluated = 0
-    for k in range(e):
-        cand = np.repeat(states, 2, axis=0)
-        cand[:, k] = np.tile([0, 1], len(states))
-        cand = _complete(cand, k + 1, rd.edges, rd.n)
-        cand = np.unique(cand, axis=0)          # sorted rows: deterministic order
-        t = evaluate(rd, cand)
-        evaluated += len(cand)
-        order = np.argsort(t, kind="stable")[:width]
-        order = order[np.isfinite(t[order])] if np.isfinite(t[order]).any() else order
-        states = cand[order]
-    t = evaluate(rd, states)
-    evaluated += len(states)
-    i = _best(states, t)
-    plan, best_t = states[i].copy(), float(t[i])
-    plan, best_t, n_ls = local_search(rd, plan, best_t)
+    finals: list[tuple[float, np.ndarray]] = []
+    # one beam per (split, tile, L2): which edges may fuse depends on them (barriers, row ops), so
+    # partial plans of different combinations are not comparable early on
+    for combo in combos:
+        states = np.zeros((1, w), dtype=np.int64)
+        states[0, e:] = combo
+        for k in range(e):
+            cand = np.repeat(states, 2, axis=0)
+            cand[:, k] = np.tile([0, 1], len(states))
+            cand = _complete(cand, k + 1, rd.edges, rd.n)
+            cand = np.unique(cand, axis=0)          # sorted rows: deterministic order
+            t = evaluate(rd, cand)
+            evaluated += len(cand)
+            order = np.argsort(t, kind="stable")[:width]
+            states = cand[order]
+        t = evaluate(rd, states)
+        evaluated += len(states)
+        i = _best(states, t)
+        finals.append((float(t[i]), states[i].copy()))
+    finals.sort(key=lambda x: (x[0], tuple(x[1])))
+    best_t, plan = finals[0][0], finals[0][1]
+    for t0, p0 in finals[:3]:
+        if not np.isfinite(t0):
+            continue
+        q, tq, n_ls = local_search(rd, p0, t0)
+        evaluated += n_ls
+        if tq < best_t or (tq == best_t and tuple(q) < tuple(plan)):
+            plan, best_t = q, tq
     base = unfused_plan(rd)
     base_t = float(evaluate(rd, base[None])[0])
-    if base_t < best_t:
+    if not base_t >= best_t:
         plan, best_t = base, base_t
-    return SearchResult(plan, best_t, "beam", evaluated + n_ls + 1)
+    return SearchResult(plan, best_t, "beam", evaluated + 1)
 
 
 def neighbours(rd: RegionData, plan: np.ndarray) -> np.ndarray:
-    """Plans one change away: one edge flipped, another tile index, the L2 flag flipped."""
+    """Plans one change away: an edge flipped (alone, or fused with every edge its merge closes),
+    the split axis, another tile index, the L2 flag."""
     e = rd.n_edges
     rows = []
     for k in range(e):
         q = plan.copy()
         q[k] ^= 1
         rows.append(q)
-    for tl in range(N_TILES):
-        if tl != plan[e]:
+        if q[k] == 1:
+            # fuse edge k and every edge whose ends the merge puts in one kernel
+            c = np.zeros((1, len(q)), dtype=np.int64)
+            c[0] = q
+            fused = c[0, :e].copy()
+            order = np.argsort(-fused, kind="stable")   # fused edges first, then complete
+            perm = np.concatenate([order, np.arange(e, len(q))])
+            inv = np.argsort(perm)
+            cp = c[:, perm]
+            cp = _complete(cp, int(fused.sum()), rd.edges[order], rd.n)
+            rows.append(cp[0, inv])
+    for sp in range(N_SPLITS):
+        if sp != plan[e]:
             q = plan.copy()
-            q[e] = tl
+            q[e] = sp
+            rows.append(q)
+    for tl in range(N_TILES):
+        if tl != plan[e + 1]:
+            q = plan.copy()
+            q[e + 1] = tl
             rows.append(q)
     q = plan.copy()
-    q[e + 1] ^= 1
+    q[e + 2] ^= 1
     rows.append(q)
     return np.array(rows, dtype=np.int64)
 
@@ -198,7 +227,6 @@ def local_search(rd: RegionData, plan: np.ndarray, t: float, max_rounds: int = 1
     evaluated = 0
     for _ in range(max_rounds):
         nb = neighbours(rd, plan)
-        # also try each edge flip with consistent completion of the rest
         tv = evaluate(rd, nb)
         evaluated += len(nb)
         i = _best(nb, tv)
