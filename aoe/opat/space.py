@@ -352,30 +352,33 @@ def _conv_inner(soc: Soc, op: Conv2D, outer: np.ndarray, filt: bool, win: int, c
         kb, kb_ok = None, None
     ka = np.broadcast_to(ka, (len(outer), ka.shape[1]))
     ka_ok = np.broadcast_to(ka_ok, ka.shape)
-    rows = []
-    for i_h in range(hm.shape[1]):
-        for i_a in range(ka.shape[1]):
-            b_range = range(kb.shape[1]) if filt else [None]
-            for i_b in b_range:
-                ok = hm_ok[:, i_h] & ka_ok[:, i_a] & (kb_ok[:, i_b] if filt else True)
-                if not ok.any():
-                    continue
-                base = outer[ok].copy()
-                base[:, _C["hoL1"]] = ho_l0[ok] * mults[i_h]
-                base[:, _C["kAL1"]] = ka[ok, i_a]
-                base[:, _C["kBL1"]] = kb[0, i_b] if filt else base[:, _C["kAL1"]]
-                rows.append(base)
-    if not rows:
-        return np.zeros((0, len(CONV_FIELDS)), np.int64)
-    staged = np.concatenate(rows)
     if default_only:
-        # first legal staging per outer row: smallest hoL1, largest K chunk
-        cols = [_C[f] for f in ("batchDim", "hoDim", "nDim", "groupDim", "hoL0", "woL0", "kL0", "nL0")]
-        order = np.lexsort((-staged[:, _C["kAL1"]], staged[:, _C["hoL1"]]))
-        _, first = np.unique(staged[order][:, cols], axis=0, return_index=True)
-        staged = staged[np.sort(order[first])]
+        # one legal staging per outer row: smallest hoL1, the largest K chunk (dW: the smallest), all ping-pong
+        ok_row = hm_ok.any(axis=1) & ka_ok.any(axis=1) & (kb_ok.any(axis=1) if filt else True)
+        i_h = np.argmax(hm_ok, axis=1)
+        i_a = np.argmax(ka_ok, axis=1) if filt else ka_ok.shape[1] - 1 - np.argmax(ka_ok[:, ::-1], axis=1)
+        staged = outer[ok_row].copy()
+        idx = np.flatnonzero(ok_row)
+        staged[:, _C["hoL1"]] = ho_l0[ok_row] * mults[i_h[ok_row]]
+        staged[:, _C["kAL1"]] = ka[idx, i_a[ok_row]]
+        staged[:, _C["kBL1"]] = kb[0, np.argmax(kb_ok, axis=1)[ok_row]] if filt else staged[:, _C["kAL1"]]
         pb = np.array([31])
     else:
+        rows = []
+        for i_h in range(hm.shape[1]):
+            for i_a in range(ka.shape[1]):
+                for i_b in (range(kb.shape[1]) if filt else [None]):
+                    ok = hm_ok[:, i_h] & ka_ok[:, i_a] & (kb_ok[:, i_b] if filt else True)
+                    if not ok.any():
+                        continue
+                    base = outer[ok].copy()
+                    base[:, _C["hoL1"]] = ho_l0[ok] * mults[i_h]
+                    base[:, _C["kAL1"]] = ka[ok, i_a]
+                    base[:, _C["kBL1"]] = kb[0, i_b] if filt else base[:, _C["kAL1"]]
+                    rows.append(base)
+        if not rows:
+            return np.zeros((0, len(CONV_FIELDS)), np.int64)
+        staged = np.concatenate(rows)
         pb = pbufs
     out = np.repeat(staged, len(pb) * 2, axis=0)
     out[:, _C["pBufferFlag"]] = np.tile(np.repeat(pb, 2), len(staged))
