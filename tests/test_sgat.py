@@ -382,3 +382,67 @@ def test_worse_banked_plan_is_updated_only_with_repeat_tune(tmp_path) -> None:
             entry = SubgraphBank(tmp_path).lookup(r.repo_key)
             assert entry.knowledge["plan"] == r.plan and entry.perf_us == pytest.approx(r.after_us)
     assert upd.model_result_us < kept.model_result_us
+
+
+# --- more behaviour --------------------------------------------------------------------------------
+
+def test_dynamic_and_unknown_operators_are_skipped_with_a_reason() -> None:
+    t = {"x": Tensor("x", (64, 256), "float16", kind="input"), "a": Tensor("a", (64, 256), "float16"),
+         "b": Tensor("b", (-1, 256), "float16"), "c": Tensor("c", (-1, 256), "float16"),
+         "d": Tensor("d", (64, 256), "float16"), "e": Tensor("e", (64, 256), "float16")}
+    ops = [Op("relu", "Relu", ["x"], ["a"]), Op("odd", "Opaque", ["a"], ["b"], {"onnx_type": "NonZero"}),
+           Op("exp", "Exp", ["b"], ["c"]), Op("gelu", "Gelu", ["a"], ["d"]), Op("add", "Add", ["d", "a"], ["e"])]
+    g = Graph("dyn", t, ops, ["x"], ["c", "e"])
+    rep = tune_graph(g, SOC)
+    skipped = {s["op"]: s for s in rep.skipped}
+    assert set(skipped) == {"odd", "exp"}
+    assert "dynamic" in skipped["exp"]["reason"]
+    assert rep.counters.total_num == 1 and rep.records[0].op_types == ["Relu", "Gelu", "Add"]
+    jsonschema.validate(rep.to_result_section(), SGAT_SECTION_SCHEMA)
+
+
+def test_progress_callbacks_see_every_case_in_order() -> None:
+    g = _graph("gpt2")
+    recs, partial = [], []
+    rep = tune_graph(g, SOC, on_subgraph=recs.append,
+                     on_progress=lambda r: partial.append((len(r.records), r.model_result_us, r.complete)))
+    assert [r.repo_key for r in recs] == [r.repo_key for r in rep.records]
+    assert [p[0] for p in partial] == list(range(1, len(rep.records) + 1))
+    assert all(not p[2] for p in partial) and rep.complete
+    assert partial[-1][1] == pytest.approx(rep.model_result_us)
+    assert all(b[1] <= a[1] + 1e-9 for a, b in zip(partial, partial[1:]))   # only ever gets faster
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_inference_graphs_tune_and_never_get_slower(name: str) -> None:
+    model, shape = MODELS[name]
+    g = aoe.graph.load(model, shape if name != "bert_base" else "input_ids:1,128;attention_mask:1,128")
+    rep = tune_graph(g, "Ascend310P3")
+    assert rep.model_result_us <= rep.model_baseline_us
+    assert all(r.after_us <= r.before_us for r in rep.records)
+    assert rep.counters.consistent() and rep.counters.total_num == len(rep.records)
+    jsonschema.validate(rep.to_result_section(), SGAT_SECTION_SCHEMA)
+
+
+def test_unusable_banked_plan_runs_unfused_and_is_replaced_with_repeat_tune(tmp_path) -> None:
+    g = _graph("gpt2")
+    prep = prepare(g, load_soc(SOC))
+    bank = SubgraphBank(tmp_path)
+    case = max(prep.cases, key=lambda c: c.rd.baseline_us())
+    bank.put(case.key, {"plan": [7, 7, 7], "edges": []}, None)      # damaged knowledge, unknown perf
+    base_ms, with_ms = apply_bank(g, SOC, tmp_path)
+    assert with_ms == pytest.approx(base_ms)
+    kept = tune_graph(g, SOC, bank_dir=tmp_path)
+    rec = next(r for r in kept.records if r.repo_key == case.key)
+    assert rec.outcome is Outcome.RESERVED and rec.after_us == pytest.approx(case.rd.baseline_us())
+    upd = tune_graph(g, SOC, bank_dir=tmp_path, repeat_tune=True)
+    rec = next(r for r in upd.records if r.repo_key == case.key)
+    assert rec.outcome is Outcome.UPDATE and rec.after_us < rec.before_us
+    assert SubgraphBank(tmp_path).lookup(case.key).knowledge["plan"] == rec.plan
+
+
+def test_empty_bank_changes_nothing(tmp_path) -> None:
+    g = _graph("gpt2")
+    base_ms, with_ms = apply_bank(g, SOC, tmp_path)
+    assert with_ms == pytest.approx(base_ms, rel=1e-12) and base_ms > 0
+    assert not (tmp_path / "subgraph.json").exists()
