@@ -56,6 +56,9 @@ NORM_TYPES = frozenset({"SoftmaxV2", "SoftmaxGrad", "LayerNorm", "LayerNormGrad"
 REDUCE_TYPES = frozenset({"ReduceSumD", "ReduceMeanD", "ReduceMaxD", "ReduceSum", "ReduceMean", "ReduceMax",
                           "BNTrainingReduce", "BNTrainingUpdateGrad", "SquareSumV1"})
 GATHER_TYPES = frozenset({"Gather", "GatherV2", "EmbeddingDenseGrad", "UnsortedSegmentSum"})
+SCATTER_TYPES = frozenset({"EmbeddingDenseGrad", "UnsortedSegmentSum"})
+# operators whose smaller outputs may be reductions over rows (see _is_barrier)
+REDUCING_TYPES = REDUCE_TYPES | {"LayerNorm", "LayerNormGrad", "BNTrainingUpdate", "BNTrainingReduceGrad"}
 
 
 def soc_params(soc: Soc) -> np.ndarray:
@@ -293,23 +296,28 @@ def region_data(graph: Graph, sub: Subgraph, soc: Soc, costs: CostCache,
 
 
 def _is_barrier(graph: Graph, p: Op, tensor: str) -> bool:
-    """True if `tensor` (an output of Vector op `p`) reduces across the leading (batch) axis.
+    """True if `tensor` is complete only after every tile of its producer `p` has run.
 
-    Such a result (BatchNorm statistics, bias / gamma gradients, embedding-gradient scatters) is
-    complete only after every tile of the producer has run, so no consumer can be fused with it. It
-    is smaller than the producer's main input and does not keep its leading axis; a gather, a
-    transpose or a row statistic (LayerNorm mean) is not one.
+    That is a scatter-add (embedding gradients), or a reduction result that is not row-local: BN
+    statistics, bias / gamma gradients reduce over the rows, so no reader can fuse with them under the
+    row split. A row-local result (LayerNorm mean, a reduction over trailing axes with or without
+    kept dims) keeps a prefix of the input's shape and fuses fine.
     """
-    if is_cube(p) or p.type in ("Gather", "GatherV2", "Transpose", "TransData"):
+    if p.type in SCATTER_TYPES:
+        return True
+    if p.type not in REDUCING_TYPES:
         return False
     ins = [graph.tensors[x] for x in p.inputs if graph.tensors[x].kind != "const"]
     if not ins:
         return False
     main = max(ins, key=lambda x: x.numel)
     t = graph.tensors[tensor]
-    if len(main.shape) < 2 or main.shape[0] <= 1:
+    if t.numel >= main.numel:
         return False
-    return t.numel < main.numel and (not t.shape or t.shape[0] != main.shape[0])
+    shape = list(t.shape)
+    while shape and shape[-1] == 1:
+        shape.pop()
+    return not (shape and tuple(shape) == tuple(main.shape[:len(shape)]))
 
 
 def _escapes(graph: Graph, t: str, readers: dict[str, list[Op]], producer: dict[str, Op],
