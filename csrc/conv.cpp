@@ -54,7 +54,7 @@ std::string check_conv(const int64_t* op) {
     return "";
 }
 
-Result eval_conv(const SoC& s, const int64_t* op, const int64_t* st) {
+AOE_HOT Result eval_conv(const SoC& s, const int64_t* op, const int64_t* st) {
     for (int i = 0; i < Q_NST; ++i)
         if (st[i] < 0) return invalid(RS_BAD_VALUE);
     for (int i = Q_BATCH; i <= Q_NL0; ++i)

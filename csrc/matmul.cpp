@@ -75,7 +75,7 @@ Result cube_eval(const SoC& s, const CubeProblem& p, const int64_t* st) {
     return cube_eval(s, p, prepare_cube(s, p), st);
 }
 
-Result cube_eval(const SoC& s, const CubeProblem& p, const CubePrep& c, const int64_t* st) {
+AOE_HOT Result cube_eval(const SoC& s, const CubeProblem& p, const CubePrep& c, const int64_t* st) {
     int64_t any = 0;  // one sign test for all fields (vectorises) instead of 23 branches
     for (int i = 0; i < S_NST; ++i) any |= st[i];
     if (any < 0) return invalid(RS_BAD_VALUE);

@@ -11,6 +11,15 @@
 #include <string>
 #include <vector>
 
+// The hot kernels are also compiled for x86-64-v3 (AVX2/FMA/VEX), picked at load time when the CPU
+// has it: VEX int<->double conversions avoid the false dependencies that dominate the baseline
+// build (about 2x faster), while the module still runs on any x86-64 (and other architectures).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+#define AOE_HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define AOE_HOT
+#endif
+
 namespace aoesim {
 
 // Hardware description, filled from a CANN platform_config style .ini by the Python loader.

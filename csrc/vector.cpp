@@ -157,7 +157,7 @@ std::string check_vector(const int64_t* op) {
     return "";
 }
 
-Result eval_vector(const SoC& s, const int64_t* op, const int64_t* st) {
+AOE_HOT Result eval_vector(const SoC& s, const int64_t* op, const int64_t* st) {
     const VopSpec& sp = kVops[op[V_VOP]];
     const int64_t blk = st[T_BLOCK], tile = st[T_TILE], db = st[T_DB], impl = st[T_IMPL];
     if (blk < 1 || tile < 1 || db < 0 || db > 1 || impl < 0) return invalid(RS_BAD_VALUE);
