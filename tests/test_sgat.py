@@ -446,3 +446,14 @@ def test_empty_bank_changes_nothing(tmp_path) -> None:
     base_ms, with_ms = apply_bank(g, SOC, tmp_path)
     assert with_ms == pytest.approx(base_ms, rel=1e-12) and base_ms > 0
     assert not (tmp_path / "subgraph.json").exists()
+
+
+def test_tune_ops_selection_limits_the_subgraphs() -> None:
+    g = _graph("bert_base")
+    full = tune_graph(g, SOC)
+    only = tune_graph(g, SOC, tune_ops={"tune_ops_type": ["SoftmaxV2"], "tune_ops_name": []})
+    assert 0 < only.counters.total_num < full.counters.total_num
+    assert all("SoftmaxV2" in r.op_types for r in only.records)
+    assert full.model_result_us < only.model_result_us < only.model_baseline_us
+    with pytest.raises(AoeError, match="tune_ops_name"):
+        tune_graph(g, SOC, tune_ops={"ops": ["x"]})

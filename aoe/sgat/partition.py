@@ -27,7 +27,7 @@ elementwise/reduction chains come out as subgraphs this way.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from ..graph.ir import Graph, Op
 
@@ -170,18 +170,3 @@ def partition(graph: Graph, priceable: Callable[[Graph, Op], bool] | None = None
             region_of[op.name] = home
         subs[region_of[op.name]].ops.append(op)
     return subs
-
-
-def structure(graph: Graph, sub: Subgraph) -> dict[str, Any]:
-    """Local wiring of a subgraph's kernels: edges (producer, consumer) by local index, through views."""
-    producer: dict[str, Op] = {t: op for op in graph.ops for t in op.outputs}
-    local = {op.name: i for i, op in enumerate(sub.kernels)}
-    edges: list[tuple[int, int]] = []
-    for j, op in enumerate(sub.kernels):
-        for t in op.inputs:
-            p = producer.get(t)
-            while p is not None and p.is_view and p.inputs:
-                p = producer.get(p.inputs[0])
-            if p is not None and p.name in local and (local[p.name], j) not in edges:
-                edges.append((local[p.name], j))
-    return {"edges": sorted(edges)}

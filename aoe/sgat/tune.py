@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -105,13 +105,17 @@ def _time(rd: RegionData, plan: np.ndarray) -> float:
 
 def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | None = None,
                repeat_tune: bool = False, on_subgraph: Callable[[SubgraphRecord], None] | None = None,
-               method: str = "auto", on_progress: Callable[[SgatReport], None] | None = None) -> SgatReport:
+               method: str = "auto", on_progress: Callable[[SgatReport], None] | None = None,
+               tune_ops: Mapping[str, Iterable[str]] | None = None) -> SgatReport:
     """Subgraph-tune `graph` on `soc`; with `bank_dir`, read and write its subgraph bank (SPEC §3).
 
     Without `bank_dir` nothing is read or written (every case counts as not in a bank). Identical
     subgraphs (same repo_key) are tuned once. `on_subgraph(record)` is called once per distinct
     subgraph, in graph order, right after its bank decision; `on_progress(report)` then gets the
     report so far (subgraphs not reached yet count at their unfused time), for real-time result files.
+    `tune_ops` ({"tune_ops_name": [...], "tune_ops_type": [...]}, the aoe_config_file form) limits
+    tuning to subgraphs holding a listed operator name or type (a union); the others stay unfused
+    and are not counted.
     """
     soc = load_soc(soc)
     check_soc(soc)
@@ -122,7 +126,9 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
                         n_subgraphs=len(prep.subgraphs), n_cases=len(prep.cases), skipped=prep.skipped)
     counters = report.counters
     records = report.records
-    for case in prep.cases:
+    cases = prep.cases if tune_ops is None else [c for c in prep.cases if _selected(c, tune_ops)]
+    report.n_cases = len(cases)
+    for case in cases:
         rd = case.rd
         base = unfused_plan(rd)
         base_t = _time(rd, base)
@@ -167,6 +173,17 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
     report.complete = True
     report.tuning_time_s = time.perf_counter() - start
     return report
+
+
+def _selected(case: Case, tune_ops: Mapping[str, Iterable[str]]) -> bool:
+    """True if a subgraph holds an operator named or typed in `tune_ops`."""
+    names = set(tune_ops.get("tune_ops_name") or ())
+    types = set(tune_ops.get("tune_ops_type") or ())
+    unknown = set(tune_ops) - {"tune_ops_name", "tune_ops_type"}
+    if unknown:
+        raise AoeError(f"unknown key(s) {', '.join(sorted(unknown))} in the operator selection; "
+                       "use tune_ops_name and tune_ops_type")
+    return any(op.name in names or op.type in types for sub in case.subs for op in sub.kernels)
 
 
 def apply_bank(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str]) -> tuple[float, float]:
