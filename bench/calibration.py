@@ -11,7 +11,7 @@ import json
 import time
 
 from aoe import sim
-from aoe.sim.space import exhaustive_best
+from aoe.opat import exhaustive, simulator_measure, space_for
 from aoe.soc import load_soc
 
 
@@ -21,7 +21,8 @@ def main() -> None:
     peak = soc.peak_flops["float16"]
     big = sim.MatMul(m=8192, n=8192, k=8192)
     t0 = time.perf_counter()
-    row, best_us, n_evals = exhaustive_best(soc, big, threads=2)
+    res = exhaustive(space_for(soc, big), big, simulator_measure(soc, threads=2))
+    row, best_us, n_evals = res.row, res.time_us, res.evaluations
     brute_s = time.perf_counter() - t0
     best = sim.simulate(soc, big, row)
     default = sim.simulate(soc, big)

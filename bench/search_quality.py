@@ -92,7 +92,7 @@ def main() -> None:
     for op_type, op in cases:
         space = space_for(soc, op)
         t0 = time.perf_counter()
-        rows = np.concatenate(list(space.chunks()))
+        rows = space.all_rows()
         times, _ = sim.simulate_times(soc, op, rows, threads=2)
         brute_s += time.perf_counter() - t0
         opt = float(np.min(times))

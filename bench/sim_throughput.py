@@ -13,7 +13,7 @@ import numpy as np
 
 from aoe import _sim
 from aoe.sim import MatMul
-from aoe.sim.space import matmul_space
+from aoe.opat.space import space_for
 from aoe.soc import load_soc
 
 
@@ -26,7 +26,7 @@ def main() -> None:
     args = ap.parse_args()
     soc = load_soc(args.soc)
     op = MatMul(m=4096, n=3072, k=768)  # BERT-base FFN-in at batch 32 x seq 128
-    space = matmul_space(soc, op)
+    space = space_for(soc, op).all_rows()
     rng = np.random.default_rng(0)
     batch = np.ascontiguousarray(space[rng.integers(0, len(space), size=args.n)])
     params = op.params()

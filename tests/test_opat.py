@@ -78,7 +78,7 @@ def test_search_is_deterministic_and_respects_the_budget():
     assert sum(calls) == a.evaluations <= 5_000
     b = beam(space, op, measure, Budget(evaluations=5_000), seed=7)
     assert a.time_us == b.time_us and np.array_equal(a.row, b.row)
-    r = random_search(np.concatenate(list(space.chunks())), op, measure, Budget(evaluations=777), seed=1)
+    r = random_search(space.all_rows(), op, measure, Budget(evaluations=777), seed=1)
     assert r.evaluations == 777
     t1 = tune_op(op, budget=Budget(evaluations=3_000), seed=3)
     t2 = tune_op(op, budget=Budget(evaluations=3_000), seed=3)
@@ -98,7 +98,7 @@ def test_a_user_measure_function_is_called_and_obeyed():
 
     res = tune_op(op, kinds=("Schedule",), measure=fewest_cores_win, budget=Budget(evaluations=10_000_000))
     assert seen and sum(seen) == res.evaluations
-    rows = np.concatenate(list(space_for(SOC, op).chunks()))
+    rows = space_for(SOC, op).all_rows()
     valid = np.isfinite(sim.simulate_times(SOC, op, rows)[0])
     fewest = int(rows[valid, 0].min())  # the fewest cores any strategy of the space uses
     assert res.strategy["usedCoreNum"] == fewest
@@ -158,7 +158,7 @@ def test_no_impl_violates_high_precision(op):
 
 def test_matmul_impl_classes_partition_the_space():
     op = sim.MatMul(m=1024, n=1024, k=1024)
-    rows = np.concatenate(list(space_for(SOC, op).chunks()))
+    rows = space_for(SOC, op).all_rows()
     classes = matmul_impl_class(op, rows)
     assert set(np.unique(classes)) == {0, 1, 2, 3}
 

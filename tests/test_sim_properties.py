@@ -199,9 +199,9 @@ def test_large_batch_threads_agree():
     """Multi-threaded evaluation of a big batch gives bit-identical results to one thread."""
     soc = load_soc("Ascend910B2")
     op = sim.MatMul(m=1024, n=768, k=3072)
-    from aoe.sim.space import matmul_space
+    from aoe.opat.space import space_for
 
-    space = matmul_space(soc, op)[:50000]
+    space = np.concatenate(list(space_for(soc, op).chunks()))[:50000]
     t1, r1 = sim.simulate_times(soc, op, space, threads=1)
     t2, r2 = sim.simulate_times(soc, op, space, threads=2)
     assert np.array_equal(r1, r2)

@@ -20,7 +20,6 @@ import numpy as np
 from ..sim import Conv2D, MatMul, SimOp, VectorOp, strategy_fields
 from ..sim.heuristics import CONV_FIELDS, MM_FIELDS, VEC_FIELDS
 from ..sim.ops import DTYPE_BYTES
-from ..sim.space import _TEMPLATE as MM_INNER, vector_space
 from ..soc import Soc
 
 _F = {name: i for i, name in enumerate(MM_FIELDS)}
@@ -41,6 +40,32 @@ def _pow2(limit: int, start: int) -> list[int]:
         out.append(v)
         v *= 2
     return out or [start]
+
+
+def _small_dims_template() -> np.ndarray:
+    """Combinations of the small fields: step K (A, B), step M/N, iterate order, L1 ping-pong (A, B).
+
+    L0 ping-pong is not enumerated: in the model (as on the hardware) it never slows a kernel down,
+    so it is on whenever the base block leaves room for it (a dominance prune, not a heuristic).
+    """
+    steps = [1, 2, 4, 8, 16]
+    rows = [r for r in itertools.product(steps, steps, [1, 2], [1, 2], [0, 1], [0, 1], [0, 1])
+            if r[0] % r[1] == 0 or r[1] % r[0] == 0]
+    return np.array(rows, dtype=np.int64)
+
+
+MM_INNER = _small_dims_template()
+
+
+def vector_space(soc: Soc, op: VectorOp) -> np.ndarray:
+    """The vector tiling space: core counts, UB tile sizes, double buffering, implementations."""
+    ea = DTYPE_BYTES[op.dtype]
+    align = 32 // ea
+    cap = (soc.ub - soc.ub_reserved) // ea
+    cores = sorted({c for c in (1, 2, 4, 8, 16, 24, 32, 40, 48, 64, soc.vector_cores) if c <= soc.vector_cores})
+    tiles = sorted({max(align, (cap >> s) // align * align) for s in range(1, 14)})
+    rows = [list(r) for r in itertools.product(cores, tiles, (0, 1), range(op.impls))]
+    return np.array(rows, dtype=np.int64).reshape(-1, len(VEC_FIELDS))
 
 
 @dataclass
@@ -77,7 +102,14 @@ class FactoredSpace:
 
     def size(self) -> int:
         """Exact number of strategies in the space."""
+        if self.count is not None:
+            return int(self.count(self.outer))
         return sum(len(c) for c in self.chunks(256))
+
+    def all_rows(self) -> np.ndarray:
+        """The whole space as one array (small spaces only; use `chunks` for big ones)."""
+        chunks = list(self.chunks())
+        return np.concatenate(chunks) if chunks else np.zeros((0, len(self.fields)), np.int64)
 
 
 def space_for(soc: Soc, op: SimOp) -> FactoredSpace:
