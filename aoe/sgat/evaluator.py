@@ -156,16 +156,11 @@ def _kernel_cost(K, split, tile, l2, edges, opf, edgef, tens, tensf, socp):
             ccube += opf[i, C] * pen
         else:
             cvec += opf[i, C]
-            if not (sep and has_cube):
-                ub_el += opf[i, BYTES] / emax
+            # its share of a tile: every input and output it touches (the UB of the AIV core on
+            # separated SoCs, of the core itself on coupled ones)
+            ub_el += opf[i, BYTES] / emax
         rsum += opf[i, R]
         rmax = max(rmax, opf[i, R])
-    if sep and has_cube:
-        # the vector part runs on AIV cores with its own UB; the cube part keeps L0C tiles
-        ub_el = 0.0
-        for i in range(n):
-            if (K >> i) & 1 and opf[i, CUBE] < 0.5:
-                ub_el += opf[i, BYTES] / emax
     ub_need = tile_el * ub_el * UB_TMP
     l0c_need = tile_el * 4.0 if has_cube else 0.0
     if ub_need > socp[S_UB] or l0c_need > socp[S_L0C]:
