@@ -17,6 +17,10 @@ _LAZY = {
     "soc": "soc",
     "graph": "graph",
     "bank": "bank",
+    "job": "job",
+    "tune": "job.api:tune",
+    "tune_models": "job.api:tune_models",
+    "verify": "job.api:verify",
 }
 
 

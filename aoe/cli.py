@@ -13,15 +13,27 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("aoe.sim.cli", "price one operator strategy on the simulated AI Core"),
     "graph": ("aoe.graph.cli", "import a model and print its operator summary"),
     "bank": ("aoe.bank.cli", "inspect, export, import and verify knowledge banks"),
+    "verify": ("aoe.job.cli:verify_main", "compare a model's simulated time with default strategies vs. the banks"),
 }
 
-USAGE = """usage: aoe <command> [options]
+USAGE = """usage: aoe --model/-m MODEL --job_type/-j 1|2 [options]     tune a model (the AOE job)
+       aoe <command> [options]
+
+tuning:
+  aoe -m zoo:resnet50 -j 2                      operator tuning (OPAT) of a bundled model
+  aoe -m model.onnx -j 1 --soc_version Ascend910A   subgraph tuning (SGAT)
+  AOE_MODE=2 aoe -m model.onnx                  the job type from the environment
 
 commands:
 {commands}
 
 Run `aoe <command> --help` for the options of one command.
 """
+
+# options that start a tuning job (`aoe -m MODEL -j 2 ...`) rather than a sub-command
+JOB_OPTIONS = ("-m", "--model", "-j", "--job_type", "--singleop", "-f", "--framework", "--soc_version",
+               "--input_shape", "--training", "--output", "--tune_ops_file", "--device", "--reload",
+               "--progress_bar", "--work_path", "--config", "--compute_dtype", "--summary_top")
 
 
 def _usage() -> str:
@@ -32,8 +44,14 @@ def _usage() -> str:
 
 def _resolve(argv: Sequence[str]) -> tuple[Callable[[list[str]], int] | None, list[str]]:
     if argv and argv[0] in SUBCOMMANDS:
-        module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
-        return module.main, list(argv[1:])
+        mod_name, _, func = SUBCOMMANDS[argv[0]][0].partition(":")
+        module = importlib.import_module(mod_name)
+        return getattr(module, func or "main"), list(argv[1:])
+    if argv and any(a.split("=", 1)[0] in JOB_OPTIONS or (a.startswith("-m") and len(a) > 2)
+                    or (a.startswith("-j") and len(a) > 2) for a in argv):
+        from .job.cli import main as job_main
+
+        return job_main, list(argv)
     return None, list(argv)
 
 
@@ -45,6 +63,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if handler is None:
             if not args or args[0] in ("-h", "--help"):
                 print(_usage())
+                if args:
+                    from .job.cli import job_parser
+
+                    print("the tuning job\n==============\n" + job_parser().format_help())
                 return 0
             raise AoeError(f"unknown command {args[0]!r}; run `aoe --help` for the list of commands")
         return int(handler(rest) or 0)

@@ -1,0 +1,129 @@
+"""What the user sees while a job runs: a progress bar on stderr, log lines and the final summary."""
+from __future__ import annotations
+
+import sys
+from typing import Any, Sequence, TextIO
+
+
+class Progress:
+    """A tqdm bar (cases done/total, bank hits, last operator, ETA) — or nothing.
+
+    Shown only when `enabled` and the stream is a terminal (`force` shows it anyway, for tests).
+    """
+
+    def __init__(self, enabled: bool, unit: str = "case", stream: TextIO | None = None, force: bool = False) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        is_tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.enabled = enabled and (is_tty or force)
+        self.unit = unit
+        self.bar: Any = None
+        self.hits = 0
+        self.done = 0
+
+    def start(self, total: int, initial: int = 0) -> None:
+        self.done = initial
+        if not self.enabled:
+            return
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total + initial, initial=initial, unit=self.unit, file=self.stream,
+                        dynamic_ncols=True, leave=True, desc="tuning",
+                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} {unit}s "
+                                   "[{elapsed}<{remaining}{postfix}]")
+
+    def set_total(self, total: int) -> None:
+        if self.bar is not None and self.bar.total != total:
+            self.bar.total = total
+            self.bar.refresh()
+
+    def step(self, hit: bool, current: str) -> None:
+        self.done += 1
+        self.hits += int(hit)
+        if self.bar is None:
+            return
+        name = current if len(current) <= 40 else "…" + current[-39:]
+        self.bar.set_postfix_str(f"hits {self.hits}, {name}", refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def _fmt_us(us: float | None) -> str:
+    if us is None:
+        return "-"
+    if us >= 1000:
+        return f"{us / 1000:.3f} ms"
+    return f"{us:.3f} us"
+
+
+def table(rows: Sequence[Sequence[str]], header: Sequence[str], right: Sequence[bool]) -> list[str]:
+    """A plain text table (first column left-aligned unless `right` says otherwise)."""
+    cols = list(zip(header, *rows)) if rows else [(h,) for h in header]
+    widths = [max(len(str(c)) for c in col) for col in cols]
+    out = []
+    for row in [header, *rows]:
+        cells = [(str(c).rjust(w) if r else str(c).ljust(w)) for c, w, r in zip(row, widths, right)]
+        out.append("  ".join(cells).rstrip())
+    out.insert(1, "  ".join("-" * w for w in widths))
+    return out
+
+
+def opat_summary(report: Any, top: int = 10) -> list[str]:
+    """Top operators by time saved, then totals (OPAT)."""
+    recs = [r for r in report.records if r.before_us is not None and r.after_us is not None]
+    saved = sorted((r for r in recs if r.after_us < r.before_us), key=lambda r: r.before_us - r.after_us,
+                   reverse=True)
+    lines = []
+    if saved:
+        rows = []
+        for r in saved[:top]:
+            kinds = ",".join(k for k, g in r.kinds.items() if g.helped) or "-"
+            t = r.op_type if isinstance(r.op_type, str) else "+".join(r.op_type)
+            name = r.op_name if len(r.op_name) <= 60 else "…" + r.op_name[-59:]
+            rows.append([name, t, _fmt_us(r.before_us), _fmt_us(r.after_us),
+                         f"{r.before_us - r.after_us:.3f}", f"{(r.before_us / r.after_us - 1) * 100:.2f}%",
+                         kinds, r.outcome or "-"])
+        lines.append(f"top {min(top, len(saved))} of {len(saved)} operators by time saved:")
+        lines += table(rows, ["operator", "type", "before", "after", "saved(us)", "improvement", "kinds", "bank"],
+                       [False, False, True, True, True, True, False, False])
+        lines.append("")
+    before = sum(r.before_us for r in recs)
+    after = sum(r.after_us for r in recs)
+    c = report.counters
+    lines.append(f"operators: {len(report.records)} ({len(recs)} priced, {len(report.skipped)} skipped, "
+                 f"{len(report.failed)} failed); cases: total {c.total_num}, added {c.repo_add_num}, "
+                 f"hits {c.repo_hit_num} (updated {c.repo_update_num}, reserved {c.repo_reserved_num}), "
+                 f"unsatisfied {c.repo_unsatisfied_num}")
+    if recs and after > 0:
+        lines.append(f"tuned operators, sum of times: {_fmt_us(before)} -> {_fmt_us(after)} "
+                     f"({(before / after - 1) * 100:.2f}% faster)")
+    return lines
+
+
+def sgat_summary(report: Any, top: int = 10) -> list[str]:
+    """Top subgraphs by time saved, then totals (SGAT)."""
+    lines = []
+    recs = sorted((r for r in report.records if r.after_us < r.before_us),
+                  key=lambda r: (r.before_us - r.after_us) * r.count, reverse=True)
+    if recs:
+        rows = []
+        for r in recs[:top]:
+            ops = "+".join(r.op_types)
+            ops = ops if len(ops) <= 50 else ops[:49] + "…"
+            rows.append([r.repo_key, ops, str(r.count), _fmt_us(r.before_us), _fmt_us(r.after_us),
+                         f"{(r.before_us / r.after_us - 1) * 100:.2f}%", r.outcome.value])
+        lines.append(f"top {min(top, len(recs))} of {len(recs)} subgraphs by time saved:")
+        lines += table(rows, ["repo_key", "kernels", "count", "before", "after", "improvement", "bank"],
+                       [False, False, True, True, True, True, False])
+        lines.append("")
+    c = report.counters
+    lines.append(f"subgraphs: {report.n_subgraphs} ({report.n_cases} distinct tunable); cases: total {c.total_num}, "
+                 f"added {c.repo_add_num}, hits {c.repo_hit_num} (updated {c.repo_update_num}, reserved "
+                 f"{c.repo_reserved_num}), unsatisfied {c.repo_unsatisfied_num}")
+    b, a = report.model_baseline_us, report.model_result_us
+    if a > 0:
+        lines.append(f"model: {_fmt_us(b)} -> {_fmt_us(a)} ({(b / a - 1) * 100:.2f}% faster)")
+    return lines

@@ -1,0 +1,215 @@
+"""Result files (SPEC §4): `aoe_result_{opat|sgat}_<YYYYMMDDhhmmss><mmm>_pid<pid>.json`.
+
+The file is an object `{"report_<timestamp>_<tid>": [{"basic": {...}}, {"OPAT": {...}}], ...}`, one
+key per tuning task. It is rewritten after every tuned operator (or subgraph) by writing a temp file
+in the same directory, fsyncing it and renaming it over the old one, so a reader always sees valid
+JSON: the previous version or the new one.
+
+What `--reload` needs is kept beside it in a hidden *state* file
+`.aoe_result_<kind>_<ts>_pid<pid>.json.state` (same atomic writes): the job's identity (model
+fingerprint, SoC, mode), the finished operators' records and counters, and the elapsed time. The
+result file itself holds only what SPEC §4 lists. The state file is removed when the job finishes.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import AoeError
+
+RESULT_GLOB = "aoe_result_{kind}_*_pid*.json"
+STATE_VERSION = 1
+
+
+def timestamp(now: float | None = None) -> str:
+    """`YYYYMMDDhhmmss` + milliseconds (3 digits), local time."""
+    t = time.time() if now is None else now
+    d = _dt.datetime.fromtimestamp(t)
+    return d.strftime("%Y%m%d%H%M%S") + f"{d.microsecond // 1000:03d}"
+
+
+def atomic_write_json(path: Path, data: Any, indent: int | None = 4) -> None:
+    """Write JSON to `path` atomically (temp file + fsync + rename + directory fsync)."""
+    path = Path(path)
+    text = json.dumps(data, indent=indent, ensure_ascii=False, allow_nan=False) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:
+        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+
+
+_UMASK: int | None = None
+
+
+def _umask() -> int:
+    global _UMASK
+    if _UMASK is None:
+        try:  # Linux: read it without changing it
+            with open("/proc/self/status", encoding="ascii") as fh:
+                for line in fh:
+                    if line.startswith("Umask:"):
+                        _UMASK = int(line.split()[1], 8)
+                        break
+        except (OSError, ValueError):
+            pass
+        if _UMASK is None:
+            _UMASK = 0o022
+    return _UMASK
+
+
+class ResultFile:
+    """One result file: several tasks (report keys), rewritten atomically on every update."""
+
+    def __init__(self, work_dir: str | os.PathLike[str], kind: str, path: Path | None = None) -> None:
+        if kind not in ("opat", "sgat"):
+            raise ValueError(kind)
+        self.kind = kind
+        self.work_dir = Path(work_dir)
+        if path is None:
+            path = self.work_dir / f"aoe_result_{kind}_{timestamp()}_pid{os.getpid()}.json"
+            while path.exists():  # two jobs of one process within a millisecond
+                time.sleep(0.001)
+                path = self.work_dir / f"aoe_result_{kind}_{timestamp()}_pid{os.getpid()}.json"
+        self.path = Path(path)
+        self.reports: dict[str, list[dict[str, Any]]] = {}
+
+    @property
+    def state_path(self) -> Path:
+        """The hidden resume-state file beside the result file."""
+        return self.path.with_name(f".{self.path.name}.state")
+
+    @classmethod
+    def open_existing(cls, path: Path, kind: str) -> "ResultFile":
+        """Load a result file written earlier (for `--reload`)."""
+        rf = cls(path.parent, kind, path)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except FileNotFoundError:
+            data = {}
+        except (OSError, ValueError) as exc:
+            raise AoeError(f"cannot read result file {path}: {exc}") from None
+        if not isinstance(data, dict):
+            raise AoeError(f"result file {path} is not a JSON object")
+        rf.reports = {k: v for k, v in data.items() if isinstance(v, list)}
+        return rf
+
+    def new_task(self) -> str:
+        """A new report key `report_<timestamp>_<tid>` (unique within the file)."""
+        tid = threading.get_native_id()
+        key = f"report_{timestamp()}_{tid}"
+        while key in self.reports:
+            time.sleep(0.001)
+            key = f"report_{timestamp()}_{tid}"
+        self.reports[key] = []
+        return key
+
+    def set_task(self, key: str, tuning_name: str, seconds: float | None, section: dict[str, Any] | None) -> None:
+        """Set one task's value: `[{"basic": ...}, {"OPAT"|"SGAT": section}]` (no section when None)."""
+        basic: dict[str, Any] = {"tuning_name": tuning_name}
+        if seconds is not None:
+            basic["tuning_time(s)"] = int(round(seconds))
+        value: list[dict[str, Any]] = [{"basic": basic}]
+        if section is not None:
+            value.append({self.kind.upper(): section})
+        self.reports[key] = value
+
+    def write(self) -> None:
+        """Rewrite the whole file atomically."""
+        try:
+            atomic_write_json(self.path, self.reports)
+        except OSError as exc:
+            raise AoeError(f"cannot write result file {self.path}: {exc.strerror or exc}") from None
+
+    # --- resume state ---------------------------------------------------------------------------
+    def write_state(self, state: dict[str, Any]) -> None:
+        """Write the resume state beside the result file."""
+        state = dict(state, version=STATE_VERSION, result_file=self.path.name)
+        try:
+            atomic_write_json(self.state_path, state, indent=None)
+        except OSError as exc:
+            raise AoeError(f"cannot write resume state {self.state_path}: {exc.strerror or exc}") from None
+
+    def remove_state(self) -> None:
+        """Forget the resume state (the job finished)."""
+        try:
+            os.unlink(self.state_path)
+        except FileNotFoundError:
+            pass
+
+
+def read_state(path: Path) -> dict[str, Any] | None:
+    """A resume-state file, or None when it is missing or unreadable."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
+        return None
+    return data
+
+
+def pid_alive(pid: int) -> bool:
+    """True if a process with this pid exists (on this host)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def find_interrupted(work_dir: Path, kind: str, match: dict[str, Any]) -> tuple[Path, dict[str, Any]] | None:
+    """The latest interrupted job in `work_dir` whose state matches `match` (same model, SoC, ...).
+
+    A state whose process is still running on this host is not interrupted and is ignored.
+    """
+    import socket
+
+    host = socket.gethostname()
+    best: tuple[str, Path, dict[str, Any]] | None = None
+    for state_path in work_dir.glob(f".aoe_result_{kind}_*_pid*.json.state"):
+        state = read_state(state_path)
+        if state is None:
+            continue
+        job = state.get("job", {})
+        if any(job.get(k) != v for k, v in match.items()):
+            continue
+        if state.get("host") == host and state.get("status") == "running" and pid_alive(int(state.get("pid", 0))) \
+                and int(state.get("pid", 0)) != os.getpid():
+            continue
+        result = work_dir / str(state.get("result_file", ""))
+        if result.parent != work_dir or not result.name.startswith(f"aoe_result_{kind}_"):
+            continue
+        stamp = str(state.get("started", ""))
+        if best is None or stamp > best[0]:
+            best = (stamp, result, state)
+    return (best[1], best[2]) if best else None

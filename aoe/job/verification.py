@@ -1,0 +1,206 @@
+"""Performance verification (SPEC §5): compile the model twice — default strategies vs. the banks.
+
+Operator side: every operator's case is priced on the simulated AI Core with CANN's default
+strategy and with the strategy the banks give (custom, then built-in, then default). Subgraph side
+(`mode=1`): `aoe.sgat.apply_bank` prices the graph unfused vs. with the subgraph bank's plans.
+
+There is no compile cache that could hide a new bank entry: the banks are opened afresh for every
+verification and looked up case by case (the bank layer re-validates its index by `stat` on every
+lookup). The only memo is a per-process table of kernel times keyed by the *strategy itself*
+(SoC, operator case and the knowledge's content), so a changed bank entry is a different key.
+`op_compiler_cache_mode` is accepted as in CANN: `enable` uses that memo, `disable` bypasses it,
+`force` clears it first.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import AoeError
+
+CACHE_MODES = ("enable", "disable", "force")
+_MEMO: dict[tuple[Any, ...], float] = {}
+
+
+def _memo_key(soc_name: str, case: Any, knowledge: Any) -> tuple[Any, ...]:
+    kn = None if knowledge is None else json.dumps(knowledge, sort_keys=True, default=str)
+    return (soc_name, case.case_id, kn)
+
+
+@dataclass
+class OpTime:
+    """One operator compiled both ways."""
+
+    op_name: str
+    op_type: str | list[str]
+    default_us: float
+    tuned_us: float
+    source: str            # where the tuned strategy came from: custom / builtin / default
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op_name": self.op_name, "op_type": self.op_type, "default_us": round(self.default_us, 3),
+                "tuned_us": round(self.tuned_us, 3), "source": self.source,
+                "improvement": _pct(self.default_us, self.tuned_us)}
+
+
+def _pct(before: float, after: float) -> str:
+    return f"{(before / after - 1.0) * 100.0:.2f}%" if after > 0 else "0.00%"
+
+
+@dataclass
+class VerifyReport:
+    """Simulated times of the model with default strategies and with the tuned banks."""
+
+    model: str
+    soc: str
+    mode: int
+    op_bank_dir: str | None = None
+    subgraph_bank_dir: str | None = None
+    ops: list[OpTime] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    sgat_baseline_ms: float | None = None
+    sgat_tuned_ms: float | None = None
+    cache_mode: str = "enable"
+
+    @property
+    def default_us(self) -> float:
+        """Whole model (operators that could be priced), default strategies."""
+        return sum(o.default_us for o in self.ops)
+
+    @property
+    def tuned_us(self) -> float:
+        """Whole model with the banks' strategies."""
+        return sum(o.tuned_us for o in self.ops)
+
+    @property
+    def improvement(self) -> str:
+        """(before / after - 1) x 100 of the whole model."""
+        if self.mode == 1 and self.sgat_baseline_ms is not None and self.sgat_tuned_ms is not None:
+            return _pct(self.sgat_baseline_ms, self.sgat_tuned_ms)
+        return _pct(self.default_us, self.tuned_us)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"model": self.model, "soc": self.soc, "job_type": self.mode,
+                             "op_compiler_cache_mode": self.cache_mode}
+        if self.mode == 2:
+            d.update({"op_bank_dir": self.op_bank_dir, "model_default_us": round(self.default_us, 3),
+                      "model_tuned_us": round(self.tuned_us, 3), "model_improvement": self.improvement,
+                      "from_custom_bank": sum(o.source == "custom" for o in self.ops),
+                      "from_builtin_bank": sum(o.source == "builtin" for o in self.ops),
+                      "operators": [o.to_dict() for o in self.ops], "skipped": self.skipped})
+        else:
+            d.update({"subgraph_bank_dir": self.subgraph_bank_dir,
+                      "model_default_ms": self.sgat_baseline_ms, "model_tuned_ms": self.sgat_tuned_ms,
+                      "model_improvement": self.improvement})
+        return d
+
+    def lines(self, top: int = 20, all_ops: bool = False) -> list[str]:
+        from .progress import table
+
+        out = [f"verification of {self.model} on {self.soc} (op_compiler_cache_mode={self.cache_mode}; "
+               f"the banks are read afresh, no cache can hide new entries)"]
+        if self.mode == 1:
+            out.append(f"subgraph bank: {self.subgraph_bank_dir}")
+            out.append(f"model, default fusion: {self.sgat_baseline_ms:.6f} ms; with the subgraph bank: "
+                       f"{self.sgat_tuned_ms:.6f} ms; improvement {self.improvement}")
+            return out
+        out.append(f"operator bank: {self.op_bank_dir}")
+        changed = [o for o in self.ops if o.tuned_us != o.default_us]
+        shown = self.ops if all_ops else sorted(changed, key=lambda o: o.default_us - o.tuned_us, reverse=True)[:top]
+        if shown:
+            rows = [[(o.op_name if len(o.op_name) <= 60 else "…" + o.op_name[-59:]),
+                     o.op_type if isinstance(o.op_type, str) else "+".join(o.op_type),
+                     f"{o.default_us:.3f}", f"{o.tuned_us:.3f}", _pct(o.default_us, o.tuned_us), o.source]
+                    for o in shown]
+            out.append("" if all_ops else f"operators whose strategy differs from the default "
+                                          f"({len(changed)}; top {len(shown)}):")
+            out += table(rows, ["operator", "type", "default(us)", "tuned(us)", "improvement", "strategy"],
+                         [False, False, True, True, True, False])
+        n_custom = sum(o.source == "custom" for o in self.ops)
+        n_builtin = sum(o.source == "builtin" for o in self.ops)
+        out.append(f"operators priced: {len(self.ops)} ({n_custom} from the custom bank, {n_builtin} from the "
+                   f"built-in bank, {len(self.ops) - n_custom - n_builtin} default); skipped: {len(self.skipped)}")
+        out.append(f"model: default {self.default_us / 1000:.6f} ms -> with banks {self.tuned_us / 1000:.6f} ms; "
+                   f"improvement {self.improvement}")
+        return out
+
+
+def check_cache_mode(value: str) -> str:
+    if value not in CACHE_MODES:
+        raise AoeError(f"op_compiler_cache_mode={value!r} is not valid; use enable, disable or force")
+    return value
+
+
+def op_times(graph: Any, soc: Any, op_bank_dir: str | os.PathLike[str] | None, *, builtin: bool = True,
+             cache_mode: str = "enable") -> tuple[list[OpTime], list[dict[str, str]]]:
+    """Price every operator with the default strategy and with the banks' strategy."""
+    from ..bank import BankChain, BuiltinBank, OpBank
+    from ..ops import Unsupported, describe
+    from ..opat import price, simulator_measure
+    from ..opat.graph_tune import _op_type_label
+
+    check_cache_mode(cache_mode)
+    if cache_mode == "force":
+        _MEMO.clear()
+    use_memo = cache_mode != "disable"
+    measure = simulator_measure(soc)
+    custom = OpBank(op_bank_dir, soc.name, soc.cube_cores) if op_bank_dir is not None else None
+    chain = BankChain(custom, BuiltinBank(soc.name, soc.cube_cores) if builtin else None)
+    extra: dict[Any, float] = {}
+
+    def timed(case: Any, knowledge: Any) -> float:
+        if not use_memo:
+            return price(case, soc, knowledge, measure, extra)
+        k = _memo_key(soc.name, case, knowledge)
+        t = _MEMO.get(k)
+        if t is None:
+            t = _MEMO[k] = price(case, soc, knowledge, measure, extra)
+        return t
+
+    ops: list[OpTime] = []
+    skipped: list[dict[str, str]] = []
+    for op in graph.ops:
+        if getattr(op, "is_view", False) or op.attrs.get("view"):
+            continue
+        try:
+            case = describe(graph, op)
+        except (Unsupported, AoeError) as exc:
+            skipped.append({"op": op.name, "op_type": op.type, "reason": str(exc)})
+            continue
+        default = timed(case, None)
+        entry = chain.lookup(case.op_type, case.key)
+        tuned, source = default, "default"
+        if entry is not None:
+            try:
+                t = timed(case, entry.knowledge)
+            except (AoeError, KeyError, ValueError, TypeError):
+                t = float("nan")
+            if t == t and t != float("inf"):
+                tuned, source = t, entry.source
+        ops.append(OpTime(op.name, _op_type_label(op), default, tuned, source))
+    return ops, skipped
+
+
+def verify_graph(graph: Any, soc: Any, *, mode: int = 2, op_bank_dir: str | os.PathLike[str] | None = None,
+                 subgraph_bank_dir: str | os.PathLike[str] | None = None, builtin: bool = True,
+                 cache_mode: str = "enable", model: str | None = None) -> VerifyReport:
+    """Compile `graph` with default strategies and with the banks; see the module docstring."""
+    from ..soc import load_soc
+
+    soc = load_soc(soc)
+    check_cache_mode(cache_mode)
+    rep = VerifyReport(model=model or graph.name, soc=soc.name, mode=mode, cache_mode=cache_mode,
+                       op_bank_dir=str(op_bank_dir) if op_bank_dir is not None else None,
+                       subgraph_bank_dir=str(subgraph_bank_dir) if subgraph_bank_dir is not None else None)
+    if mode == 1:
+        from ..sgat import apply_bank
+
+        if subgraph_bank_dir is None:
+            raise AoeError("subgraph verification needs a subgraph bank directory")
+        rep.sgat_baseline_ms, rep.sgat_tuned_ms = apply_bank(graph, soc, Path(subgraph_bank_dir))
+        return rep
+    rep.ops, rep.skipped = op_times(graph, soc, op_bank_dir, builtin=builtin, cache_mode=cache_mode)
+    return rep
