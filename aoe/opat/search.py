@@ -170,6 +170,89 @@ def beam(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget | Non
     return tr.result("beam")
 
 
+def local_search(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget | None = None,
+                 seed: int = 0, prune: bool = True) -> SearchResult:
+    """Iterated hill climbing for budgets too small to price every outer choice.
+
+    Starts from the seeds (CANN's default strategy), moves to the best neighbour (one field one
+    step up or down the values it takes in the space, outer choices kept inside the space) while
+    that improves, then restarts from the best-bounded outer choices and from random members of the
+    space. Candidates that break a hard constraint are dropped before measuring (they would not
+    compile), so the budget buys real runs.
+    """
+    budget = budget or Budget()
+    tr = _Tracker(op, measure, budget)
+    rng = np.random.default_rng(seed)
+    outer = space.outer
+    nf = len(space.fields)
+    if not len(outer) and space.seeds is None:
+        return tr.result("local")
+    sample = [outer[: min(len(outer), 256)], space.expand(outer[: min(len(outer), 8)])]
+    if space.seeds is not None:
+        sample.append(space.seeds)
+    sample_rows = np.concatenate([x for x in sample if len(x)])
+    values = [np.unique(sample_rows[:, j]) for j in range(nf)]
+    seen: set[bytes] = set()
+
+    def fresh(rows: np.ndarray) -> np.ndarray:
+        if not len(rows):
+            return rows.reshape(0, nf)
+        if space.repair is not None:
+            rows = space.repair(rows)
+        keep = [i for i, r in enumerate(rows) if r.tobytes() not in seen]
+        rows = rows[keep]
+        seen.update(r.tobytes() for r in rows)
+        if len(rows):
+            rows = rows[space.member(rows)]  # stay inside the space (its outer choices)
+        if space.valid is not None and len(rows):
+            rows = rows[space.valid(rows)]
+        return rows
+
+    def climb(start: np.ndarray) -> None:
+        rows = fresh(start.reshape(1, nf))
+        if not len(rows):
+            return
+        t = tr.run(rows)
+        cur, cur_t = rows[0], (float(t[0]) if len(t) else np.inf)
+        while tr.left() and np.isfinite(cur_t):
+            neigh = []
+            for j, vals in enumerate(values):
+                k = int(np.searchsorted(vals, cur[j]))
+                for nk in (k - 1, k + 1 if k < len(vals) and vals[k] == cur[j] else k):
+                    if 0 <= nk < len(vals):
+                        r = cur.copy()
+                        r[j] = vals[nk]
+                        neigh.append(r)
+            cand = fresh(np.array(neigh, dtype=np.int64))
+            if not len(cand):
+                return
+            t = tr.run(cand)
+            if not len(t) or t.min() >= cur_t:
+                return
+            i = int(np.argmin(t))
+            cur, cur_t = cand[i], float(t[i])
+
+    for s in (space.seeds if space.seeds is not None else []):
+        climb(s)
+    if len(outer) and tr.left():
+        # price the best-bounded outer choices with their default staging (40% of what is left),
+        # then climb from the three best of them
+        lb = space.lower_bound
+        order = np.lexsort((rng.permutation(len(outer)), lb)) if lb is not None else rng.permutation(len(outer))
+        probe = fresh(outer[order[: max(1, int(0.4 * tr.left()))]])
+        if len(probe):
+            t = tr.run(probe)
+            for i in np.argsort(t, kind="stable")[:3]:
+                if tr.left() and np.isfinite(t[i]):
+                    seen.discard(probe[i].tobytes())
+                    climb(probe[i])
+    while tr.left() and len(outer):
+        pick = space.expand(outer[rng.integers(len(outer), size=1)])  # a random member of the space
+        if len(pick):
+            climb(pick[rng.integers(len(pick))])
+    return tr.result("local")
+
+
 def random_search(rows: np.ndarray, op: SimOp, measure: Measure, budget: Budget, seed: int = 0) -> SearchResult:
     """Uniform sampling (without replacement) of an enumerated space, at a budget."""
     tr = _Tracker(op, measure, budget)
@@ -192,4 +275,7 @@ def search(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget | N
     # only a small outer set is worth counting exactly); the beam search otherwise.
     if len(space.outer) * 8 <= limit and space.size_at_most(limit):
         return exhaustive(space, op, measure, budget)
+    if limit < len(space.outer):
+        # too small a budget to even price every outer choice once: climb from CANN's default
+        return local_search(space, op, measure, budget, seed=seed, prune=prune)
     return beam(space, op, measure, budget, seed=seed, prune=prune)

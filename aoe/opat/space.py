@@ -78,6 +78,19 @@ class FactoredSpace:
     lower_bound: np.ndarray | None = None              # a cheap lower bound on each outer row's time (µs)
     count: Callable[[np.ndarray], int] | None = None   # size of expand(rows) without building it
     upper_size: int | None = None                      # known bound on the size (a restricted space: its parent's)
+    seeds: np.ndarray | None = None                    # known good starting points (CANN's default strategy)
+    repair: Callable[[np.ndarray], np.ndarray] | None = None  # re-derive dependent fields after a change
+    valid: Callable[[np.ndarray], np.ndarray] | None = None   # hard-constraint check (no measurement)
+    outer_cols: list[int] | None = None                # fields that identify an outer choice
+
+    def member(self, rows: np.ndarray) -> np.ndarray:
+        """True for rows whose outer choice is one of the space's (inner fields are not checked)."""
+        if self.outer_cols is None or not len(rows):
+            return np.ones(len(rows), bool)
+        if getattr(self, "_outer_keys", None) is None:
+            self._outer_keys = {r.tobytes() for r in np.ascontiguousarray(self.outer[:, self.outer_cols])}
+        keys = np.ascontiguousarray(rows[:, self.outer_cols])
+        return np.array([k.tobytes() in self._outer_keys for k in keys], bool)
 
     def size_at_most(self, limit: int) -> bool:
         """True if the whole space has at most `limit` strategies (cheap when `count` is known)."""
@@ -113,15 +126,55 @@ class FactoredSpace:
 
 
 def space_for(soc: Soc, op: SimOp) -> FactoredSpace:
-    """The Schedule space of one kernel model."""
+    """The Schedule space of one kernel model, seeded with CANN's default strategy."""
+    from ..sim import default_strategy
+
     if isinstance(op, MatMul):
-        return matmul_space(soc, op)
-    if isinstance(op, Conv2D):
-        return conv_space(soc, op)
-    if isinstance(op, VectorOp):
+        space = matmul_space(soc, op)
+        space.repair = lambda rows: _mm_repair(op, rows)
+    elif isinstance(op, Conv2D):
+        space = conv_space(soc, op)
+    elif isinstance(op, VectorOp):
         rows = vector_space(soc, op)
-        return FactoredSpace(list(VEC_FIELDS), rows, lambda r: r, count=len)
-    raise TypeError(f"no space for {op!r}")
+        space = FactoredSpace(list(VEC_FIELDS), rows, lambda r: r, count=len)
+    else:
+        raise TypeError(f"no space for {op!r}")
+    d = default_strategy(soc, op)
+    space.seeds = np.array([[d[f] for f in space.fields]], dtype=np.int64)
+    space.valid = lambda rows: _sim_valid(soc, op, rows)
+    if isinstance(op, MatMul):
+        space.outer_cols = [_F[f] for f in ("usedCoreNum", "singleCoreM", "singleCoreN", "singleCoreK", "baseM",
+                                            "baseN", "baseK")]
+    elif isinstance(op, Conv2D):
+        space.outer_cols = [_C[f] for f in ("batchDim", "hoDim", "nDim", "groupDim", "hoL0", "woL0", "kL0", "nL0")]
+    return space
+
+
+def _sim_valid(soc: Soc, op: SimOp, rows: np.ndarray) -> np.ndarray:
+    """The kernel model's capacity/alignment/consistency rules: the reason code is 0."""
+    from ..sim import simulate_times
+
+    if not len(rows):
+        return np.zeros(0, bool)
+    return simulate_times(soc, op, rows)[1] == 0
+
+
+def _mm_repair(op: MatMul, rows: np.ndarray) -> np.ndarray:
+    """Keep a changed matmul row self-consistent: L1 depths follow the steps, L2 counts the blocks."""
+    r = rows.copy()
+    for depth, step, step_k in (("depthA1", "stepM", "stepKa"), ("depthB1", "stepN", "stepKb")):
+        unit = r[:, _F[step]] * r[:, _F[step_k]]
+        r[:, _F[depth]] = np.where(r[:, _F[depth]] >= 2 * unit, 2 * unit, unit)
+    used = np.minimum(r[:, _F["usedCoreNum"]], max(op.batch, op.batch_b or op.batch)
+                      * _cdiv(op.m, r[:, _F["singleCoreM"]]) * _cdiv(op.n, r[:, _F["singleCoreN"]])
+                      * _cdiv(op.k, r[:, _F["singleCoreK"]]))
+    r[:, _F["usedCoreNum"]] = np.maximum(1, used)
+    mb, nb = _cdiv(op.m, r[:, _F["singleCoreM"]]), _cdiv(op.n, r[:, _F["singleCoreN"]])
+    r[:, _F["l2MTileBlock"]] = np.clip(r[:, _F["l2MTileBlock"]], 1, mb)
+    r[:, _F["l2NTileBlock"]] = np.clip(r[:, _F["l2NTileBlock"]], 1, nb)
+    r[:, _F["l2MTileCnt"]] = _cdiv(mb, r[:, _F["l2MTileBlock"]])
+    r[:, _F["l2NTileCnt"]] = _cdiv(nb, r[:, _F["l2NTileBlock"]])
+    return r
 
 
 # --- matmul -------------------------------------------------------------------------------------
@@ -348,8 +401,20 @@ def conv_space(soc: Soc, op: Conv2D) -> FactoredSpace:
     outer = np.unique(np.array(rows, np.int64).reshape(-1, len(CONV_FIELDS)), axis=0)
     # default inner: smallest L1 staging that is legal, full ping-pong
     outer = _conv_inner(soc, op, outer, filt, win, c0, k_al, default_only=True)
+    # Cube work of the busiest core (padding to 16 / C0 included): no staging can go below it
+    gd, bd, hd, nd = (outer[:, _C[f]] for f in ("groupDim", "batchDim", "hoDim", "nDim"))
+    if filt:
+        m = np.full(len(outer), _align(co_g, 16)) // 16
+        n_ = _cdiv(_cdiv(cin_g, c0), nd) * kh * kw * c0 / 16
+        k_ = _cdiv(n, bd) * _cdiv(ho, hd) * wo / c0
+    else:
+        m = _cdiv(_cdiv(n, bd) * _cdiv(out_h, hd) * out_w, 16)
+        n_ = _cdiv(_cdiv(out_c, nd) * 1, 16)
+        k_ = np.full(len(outer), k_al // c0)
+    cube = m * n_ * k_ * _cdiv(g, gd)
+    lb = soc.launch_us + cube.astype(np.float64) / soc.freq_mhz
     return FactoredSpace(list(CONV_FIELDS), outer,
-                         lambda o: _conv_inner(soc, op, o, filt, win, c0, k_al, default_only=False))
+                         lambda o: _conv_inner(soc, op, o, filt, win, c0, k_al, default_only=False), lb)
 
 
 def _conv_inner(soc: Soc, op: Conv2D, outer: np.ndarray, filt: bool, win: int, c0: int, k_al: int,
