@@ -262,3 +262,15 @@ def test_single_op_files_are_validated(tmp_path):
             load_single_ops(bad)
     with pytest.raises(AoeError, match="does not exist"):
         load_single_ops(tmp_path / "missing.json")
+
+
+def test_a_small_budget_climbs_from_canns_default():
+    op = sim.MatMul(m=768, n=3072, k=4096, trans_a=True)
+    space = space_for(SOC, op)
+    measure = simulator_measure(SOC)
+    a = search(space, op, measure, Budget(evaluations=150), seed=2)
+    assert a.driver == "local" and a.evaluations <= 150
+    assert a.time_us <= sim.simulate(SOC, op).time_us  # never worse than where it started
+    assert space.member(a.row[None, :])[0]  # stays inside the space it searches
+    b = search(space, op, measure, Budget(evaluations=150), seed=2)
+    assert np.array_equal(a.row, b.row)
