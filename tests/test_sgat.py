@@ -457,3 +457,20 @@ def test_tune_ops_selection_limits_the_subgraphs() -> None:
     assert full.model_result_us < only.model_result_us < only.model_baseline_us
     with pytest.raises(AoeError, match="tune_ops_name"):
         tune_graph(g, SOC, tune_ops={"ops": ["x"]})
+
+
+@pytest.mark.parametrize("shape", [(32, 64, 112, 112), (4096, 768), (8, 1024)])
+def test_fused_unary_pair_costs_about_one_pass_of_the_simulator(shape: tuple[int, ...]) -> None:
+    # Relu -> Abs fused moves the bytes of one Relu and adds only Abs's compute: the evaluator's
+    # best plan should cost about what the simulator gives a single Relu over the same tensor
+    from aoe import sim
+
+    t = {n: Tensor(n, shape, "float16") for n in ("x", "a", "b")}
+    t["x"].kind = "input"
+    g = Graph("pair", t, [Op("r", "Relu", ["x"], ["a"]), Op("s", "Abs", ["a"], ["b"])], ["x"], ["b"])
+    rd = prepare(g, load_soc(SOC)).cases[0].rd
+    best = search(rd)
+    single = sim.simulate(load_soc(SOC), sim.VectorOp("Relu", shape)).time_us
+    assert best.plan[0] == 1
+    assert 0.95 * single <= best.time_us <= 1.15 * single
+    assert best.time_us < rd.baseline_us()

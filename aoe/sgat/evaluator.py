@@ -22,9 +22,9 @@ Invalid plans get `inf`:
 
 Time of a plan = sum over its kernels. A lone kernel costs its default time (less the HBM time of
 hand-off reads served by L2). A fused kernel costs
-    launch + max(Cube compute, Vector compute, memory)          (double-buffered tiles overlap)
-      or   compute + memory + tiles * GM latency                (only single buffering fits UB)
-    + shared fill/set-up (largest op's + 25% of the others') + tiles * per-tile set-up
+    launch + max(Cube compute, Vector compute, memory, tiles * per-tile set-up)   (double-buffered)
+      or   compute + memory + tiles * (per-tile set-up + GM latency)    (only single buffering fits UB)
+    + shared fill/set-up (largest op's + 25% of the others')
 with memory = sum of each op's memory time scaled by the share of its bytes that still go to HBM
 (fused reads are free; a write is free when every reader is in the kernel and nothing outside needs
 it), plus atomic partials of reductions fused under the row split; under the column split every
@@ -168,12 +168,13 @@ def _kernel_cost(K, split, tile, l2, edges, opf, edgef, tens, tensf, socp):
     db = ub_need * 2.0 <= socp[S_UB] and l0c_need * 2.0 <= socp[S_L0C]
     scale = cores / used     # idle cores: the same compute on fewer of them
     comp = max(ccube, cvec) * scale
-    if db:
-        body = max(comp, mem)
-    else:
-        body = comp + mem + ntiles * socp[S_LAT_US]
+    # the Scalar unit sets up every tile (a pipe of its own: it overlaps when double-buffered)
     over = ntiles * (socp[S_TILE_US] + socp[S_INSTR_US] * cnt)
-    return socp[S_LAUNCH] + body + rmax + 0.25 * (rsum - rmax) + over + extra
+    if db:
+        body = max(comp, mem, over)
+    else:
+        body = comp + mem + over + ntiles * socp[S_LAT_US]
+    return socp[S_LAUNCH] + body + rmax + 0.25 * (rsum - rmax) + extra
 
 
 @njit(cache=True)

@@ -187,8 +187,8 @@ def beam(rd: RegionData, width: int = 16) -> SearchResult:
 
 
 def neighbours(rd: RegionData, plan: np.ndarray) -> np.ndarray:
-    """Plans one change away: an edge flipped (alone, or fused with every edge its merge closes),
-    the split axis, another tile index, the L2 flag."""
+    """Plans one change away: an edge flipped (alone, or fused with every edge its merge closes), a
+    fused and an unfused edge swapped, the split axis, another tile index, the L2 flag."""
     e = rd.n_edges
     rows = []
     for k in range(e):
@@ -206,6 +206,14 @@ def neighbours(rd: RegionData, plan: np.ndarray) -> np.ndarray:
             cp = c[:, perm]
             cp = _complete(cp, int(fused.sum()), rd.edges[order], rd.n)
             rows.append(cp[0, inv])
+    for k in range(e):
+        for j in range(k + 1, e):
+            # two edges at once: moves a kernel boundary (unfuse one edge, fuse another)
+            if plan[k] != plan[j]:
+                q = plan.copy()
+                q[k] ^= 1
+                q[j] ^= 1
+                rows.append(q)
     for sp in range(N_SPLITS):
         if sp != plan[e]:
             q = plan.copy()
