@@ -34,13 +34,29 @@ goes through L2 (and pays the hand-off), never UB.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from numba import njit
 
-from .model import (BARRIER, BYTES, C, CROWS, CRUN, CUBE, EMAIN, HALO, M, MINTILE, N_SPLITS, N_TILES, OUTB, R,
-                    READB, RED, ROW,
-                    S_CUBE_CORES, S_HANDOFF_US, S_HBM_BPUS, S_INSTR_US, S_L0C, S_L1, S_L2_BPUS, S_L2CAP,
-                    S_LAT_US, S_LAUNCH, S_SEPARATED, S_TILE_US, S_UB, S_VEC_CORES, T, TILE_BASE, RegionData)
+if TYPE_CHECKING:
+    from .model import RegionData
+
+# opf columns
+T, C, M, R, BYTES, CUBE, EMAIN, ROW, RED, OUTB, CROWS, CRUN = range(12)
+N_OPF = 12
+# edgef columns
+READB, BARRIER, MINTILE, HALO = range(4)
+N_EDGEF = 4
+# socp entries
+(S_LAUNCH, S_HBM_BPUS, S_L2_BPUS, S_UB, S_L0C, S_L1, S_L2CAP, S_TILE_US, S_SEPARATED, S_HANDOFF_US,
+ S_CUBE_CORES, S_VEC_CORES, S_INSTR_US, S_LAT_US) = range(14)
+N_SOCP = 14
+
+N_SPLITS = 2           # split axis: 0 = rows (whole rows per tile), 1 = columns (whole columns per tile)
+N_TILES = 8            # tile sizes TILE_BASE << 0 .. TILE_BASE << 7 elements per core tile
+TILE_BASE = 512
+MAX_KERNELS = 16       # bitmask width limit of the evaluator (partition caps subgraphs at 8)
 
 INF = np.inf
 CUBE_REF_TILE = 16384.0   # a 128x128 output block: smaller fused tiles cost Cube efficiency

@@ -35,21 +35,12 @@ from ..graph.ir import Graph, Op
 from ..soc import Soc
 from .partition import Subgraph, is_cube
 
-# opf columns
-T, C, M, R, BYTES, CUBE, EMAIN, ROW, RED, OUTB, CROWS, CRUN = range(12)
-N_OPF = 12
-# edgef columns
-READB, BARRIER, MINTILE, HALO = range(4)
-N_EDGEF = 4
-# socp entries
-(S_LAUNCH, S_HBM_BPUS, S_L2_BPUS, S_UB, S_L0C, S_L1, S_L2CAP, S_TILE_US, S_SEPARATED, S_HANDOFF_US,
- S_CUBE_CORES, S_VEC_CORES, S_INSTR_US, S_LAT_US) = range(14)
-N_SOCP = 14
-
-N_SPLITS = 2           # split axis: 0 = rows (whole rows per tile), 1 = columns (whole columns per tile)
-N_TILES = 8            # tile sizes TILE_BASE << 0 .. TILE_BASE << 7 elements per core tile
-TILE_BASE = 512
-MAX_KERNELS = 16       # bitmask width limit of the evaluator (partition caps subgraphs at 8)
+# The array layout (column indices, plan fields) lives in evaluator.py: Numba's on-disk cache is
+# keyed by that file, so the compiled code can never disagree with the layout.
+from .evaluator import (BARRIER, BYTES, C, CROWS, CRUN, CUBE, EMAIN, HALO, M, MAX_KERNELS, MINTILE,
+                        N_EDGEF, N_OPF, N_SOCP, N_SPLITS, N_TILES, OUTB, READB, RED, ROW, S_CUBE_CORES,
+                        S_HANDOFF_US, S_HBM_BPUS, S_INSTR_US, S_L0C, S_L1, S_L2_BPUS, S_L2CAP, S_LAT_US,
+                        S_LAUNCH, S_SEPARATED, S_TILE_US, S_UB, S_VEC_CORES, TILE_BASE, R, T)
 
 NORM_TYPES = frozenset({"SoftmaxV2", "SoftmaxGrad", "LayerNorm", "LayerNormGrad", "LayerNormV3", "LayerNormV4",
                         "Softmax"})
