@@ -487,3 +487,32 @@ def test_fused_unary_pair_costs_about_one_pass_of_the_simulator(shape: tuple[int
     assert best.plan[0] == 1
     assert 0.95 * single <= best.time_us <= 1.15 * single
     assert best.time_us < rd.baseline_us()
+
+
+def test_column_split_needs_whole_aligned_columns_and_no_row_operators() -> None:
+    from aoe.sgat.model import CROWS, CRUN
+
+    for case in _prepared("bert_base").cases + _prepared("resnet50").cases:
+        rd = case.rd
+        plans = all_plans(rd)
+        t = evaluate(rd, plans)
+        e = rd.n_edges
+        for row, time_us in zip(plans, t):
+            if row[e] != 1 or not np.isfinite(time_us):
+                continue
+            # every fused kernel of a valid column-split plan holds whole columns, 32-byte aligned
+            tile = 512 << int(row[e + 1])
+            comp = list(range(rd.n))
+            for k, (a, b) in enumerate(rd.edges.tolist()):
+                if row[k] == 1:
+                    ra, rb = comp[a], comp[b]
+                    comp = [min(ra, rb) if c in (ra, rb) else c for c in comp]
+            for label in set(comp):
+                ops = [i for i in range(rd.n) if comp[i] == label]
+                if len(ops) < 2:
+                    continue
+                emax = rd.opf[ops, 6].max()
+                need = max(rd.opf[i, CROWS] * emax / rd.opf[i, 6] for i in ops)
+                assert tile >= need
+                assert all((tile // need) * rd.opf[i, CRUN] >= 32 for i in ops)
+                assert all(rd.opf[i, 7] == 0 for i in ops)          # no Softmax / LayerNorm rows

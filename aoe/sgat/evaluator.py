@@ -12,8 +12,8 @@ Invalid plans get `inf`:
   convex (some path leaves it and comes back: it could not run as one launch);
 - a fused barrier edge (the consumer needs a whole-tensor reduction result) under the row split;
   under the column split a tile holds whole columns, so the reduction finishes inside the tile;
-- under the column split: a tile smaller than one whole column, or a Softmax/LayerNorm row operator
-  (its rows would be cut);
+- under the column split: a tile smaller than one whole column, a column block narrower than the
+  32-byte UB alignment, or a Softmax/LayerNorm row operator (its rows would be cut);
 - a fused kernel whose live tiles (inputs, outputs, intermediates, +25% temporaries) do not fit UB
   even single-buffered, whose Cube accumulator tile does not fit L0C, whose Softmax/LayerNorm rows do
   not fit one tile, or whose on-chip Cube operand (a fused vector -> Cube edge) misses a whole K
@@ -62,6 +62,7 @@ INF = np.inf
 CUBE_REF_TILE = 16384.0   # a 128x128 output block: smaller fused tiles cost Cube efficiency
 UB_TMP = 1.25             # temporaries on top of the live tiles
 DMA_OVERHEAD = 64.0       # bytes a DMA burst costs on top of its payload
+UB_ALIGN = 32.0           # bytes: UB tiles (and strided column blocks) are 32-byte aligned
 
 
 @njit(cache=True)
@@ -167,6 +168,8 @@ def _kernel_cost(K, split, tile, l2, edges, opf, edgef, tens, tensf, socp):
             if opf[i, ROW] > 0.0:
                 return INF
             run = cols_in_tile * opf[i, CRUN]
+            if run < UB_ALIGN:
+                return INF    # UB tiles are 32-byte aligned: a narrower column block cannot be moved
             mem += opf[i, M] * (1.0 - frac) * (run + DMA_OVERHEAD) / run
         if opf[i, CUBE] > 0.5:
             ccube += opf[i, C] * pen
