@@ -287,12 +287,14 @@ print(json.dumps([c.key for c in prepare(g, load_soc("Ascend910A")).cases]))
 """
 
 
-def test_repo_keys_are_stable_across_processes_and_change_with_shapes() -> None:
+def test_repo_keys_are_stable_across_processes_and_change_with_shapes(tmp_path) -> None:
     g = aoe.graph.load("zoo:resnet50", "input:2,3,224,224", training=True)
     keys = [c.key for c in prepare(g, load_soc(SOC)).cases]
     assert len(set(keys)) == len(keys) and all(k.isdigit() for k in keys)
     env = dict(os.environ, PYTHONHASHSEED="12345")
-    out = subprocess.run([sys.executable, "-c", _KEYS_SCRIPT], capture_output=True, text=True, check=True, env=env)
+    # outside the source tree, so the child imports the installed package (with its extension)
+    out = subprocess.run([sys.executable, "-c", _KEYS_SCRIPT], capture_output=True, text=True, check=True, env=env,
+                         cwd=tmp_path)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == keys
     g4 = aoe.graph.load("zoo:resnet50", "input:4,3,224,224", training=True)
     assert not set(keys) & {c.key for c in prepare(g4, load_soc(SOC)).cases}
