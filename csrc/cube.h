@@ -46,6 +46,8 @@ struct CubePrep {
     int64_t batch = 1, k0 = 16, k0_log2 = 4, Mal = 16, Nal = 16, Kal = 16;
     double gmM = 0, gmK = 0, gmN = 0, A_b = 0, B_b = 0, A_tot = 0, B_tot = 0, C_tot = 0, bias_tot = 0;
     double l2u = 0, hbm_bpc = 1, l2_bpc = 1, inv_cpu = 1, inv_l0a = 1, inv_l0b = 1, inv_nd2nz = 1;
+    // reciprocals of the rates, so the per-strategy code multiplies instead of dividing
+    double inv_hbm_bpc = 1, inv_l2_bpc = 1, inv_ddr = 1, inv_l2_rate = 1, inv_fix = 1;
 };
 CubePrep prepare_cube(const SoC& s, const CubeProblem& p);
 

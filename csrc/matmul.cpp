@@ -68,6 +68,11 @@ CubePrep prepare_cube(const SoC& s, const CubeProblem& p) {
     c.inv_l0a = 1.0 / (s.l1_to_l0a_rate * p.a_mte1_eff);
     c.inv_l0b = 1.0 / (s.l1_to_l0b_rate * p.b_mte1_eff);
     c.inv_nd2nz = 1.0 / s.nd2nz_efficiency;
+    c.inv_hbm_bpc = 1.0 / c.hbm_bpc;
+    c.inv_l2_bpc = 1.0 / c.l2_bpc;
+    c.inv_ddr = 1.0 / s.ddr_rate;
+    c.inv_l2_rate = 1.0 / s.l2_rate;
+    c.inv_fix = 1.0 / s.fixpipe_rate;
     return c;
 }
 
@@ -145,7 +150,8 @@ AOE_HOT Result cube_eval(const SoC& s, const CubeProblem& p, const CubePrep& c, 
     // Whole-chip reads: every (M block, K block) panel of A is read by all nB column blocks.
     const double R = c.A_b * double(batch) * double(nB) * a_mult + c.B_b * double(batch) * double(mB) * b_mult;
     const double comp = c.A_tot + c.B_tot;
-    const double conc_batches = std::min<double>(double(batch), std::max(1.0, double(uc) / double(per_batch)));
+    const double conc_batches =
+        batch == 1 ? 1.0 : std::min<double>(double(batch), std::max(1.0, double(uc) / double(per_batch)));
     const double W = (c.A_b + c.B_b) * conc_batches;
     const bool l2_tiled = l2en && W > c.l2u;
     double hbm_rd;
@@ -166,9 +172,9 @@ AOE_HOT Result cube_eval(const SoC& s, const CubeProblem& p, const CubePrep& c, 
 
     // --- per-core rates: HBM is shared by the active cores, L2 too (kept as cycles per byte) ---
     const double active = double(std::min<int64_t>(uc, tasks));
-    const double cpb_hbm_share = active / c.hbm_bpc;
-    const double cpb_h = std::max(1.0 / s.ddr_rate, cpb_hbm_share);
-    const double cpb_l2 = std::max(1.0 / s.l2_rate, active / c.l2_bpc);
+    const double cpb_hbm_share = active * c.inv_hbm_bpc;
+    const double cpb_h = std::max(c.inv_ddr, cpb_hbm_share);
+    const double cpb_l2 = std::max(c.inv_l2_rate, active * c.inv_l2_bpc);
     const double cpb_rd = fh * cpb_h + (1 - fh) * cpb_l2;
 
     // DMA burst lengths: NZ chunks are long runs, ND rows are short strided bursts through ND2NZ.
@@ -198,7 +204,7 @@ AOE_HOT Result cube_eval(const SoC& s, const CubeProblem& p, const CubePrep& c, 
     t.cube = double(aM >> 4) * double(aN >> 4) * double(aK >> c.k0_log2) * p.cube_scale + s.mmad_overhead_cycles * n_blocks;
     const double out_task = double(tM) * double(tN) * out_e;
     const double runC = c_nz ? double(std::min(bM, aM)) * 32.0 : double(std::min(bN, tN)) * out_e;
-    t.fix = out_task * std::max(1.0 / s.fixpipe_rate, cpb_h) * (runC + s.dma_overhead_bytes) / runC;
+    t.fix = out_task * std::max(c.inv_fix, cpb_h) * (runC + s.dma_overhead_bytes) / runC;
     const double chunks_a = a_mult * double(mT) * double(ceil_div(kIter, sKa));
     const double chunks_b = b_mult * double(nT) * double(ceil_div(kIter, sKb));
     const double chunks = chunks_a + chunks_b;
