@@ -493,3 +493,27 @@ def test_import_aoe_stays_lazy():
     code = "import sys, aoe; print(sorted(m for m in sys.modules if m.startswith('aoe.')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/").stdout
     assert "aoe.job" not in out and "aoe.opat" not in out
+
+
+def test_a_stuck_operator_still_stops_after_the_grace_period(env, monkeypatch):
+    import signal as sig
+
+    import aoe.opat as opat
+
+    def stuck(*a, **kw):
+        kw["on_start"](2)
+        while True:          # an operator that never finishes and never polls should_stop
+            time.sleep(0.01)
+
+    monkeypatch.setattr(opat, "tune_graph", stuck)
+    monkeypatch.setenv("AOE_STOP_GRACE", "0.3")
+    threading.Timer(0.3, os.kill, (os.getpid(), sig.SIGTERM)).start()
+    t0 = time.time()
+    r = aoe.tune("zoo:mobilenet_v2", workers=1)
+    assert time.time() - t0 < 5
+    assert r.signal == sig.SIGTERM and r.exit_code == 143 and r.status == "tuning incomplete"
+    d = json.loads(r.result_file.read_text())
+    validate(d, "opat")
+    assert "tuning_time(s)" not in next(iter(d.values()))[0]["basic"]
+    assert sig.getsignal(sig.SIGTERM) is sig.SIG_DFL or not callable(sig.getsignal(sig.SIGTERM)) \
+        or sig.getsignal(sig.SIGTERM).__name__ != "_handler"

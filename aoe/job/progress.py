@@ -1,6 +1,7 @@
 """What the user sees while a job runs: a progress bar on stderr, log lines and the final summary."""
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, Sequence, TextIO
 
@@ -26,8 +27,13 @@ class Progress:
             return
         from tqdm import tqdm
 
+        try:
+            cols, rows = os.get_terminal_size(self.stream.fileno())
+        except (AttributeError, OSError, ValueError):
+            cols, rows = 0, 0
         self.bar = tqdm(total=total + initial, initial=initial, unit=self.unit, file=self.stream,
-                        dynamic_ncols=True, leave=True, desc="tuning",
+                        dynamic_ncols=cols > 0, ncols=None if cols > 0 else 100,
+                        nrows=None if rows > 0 else 24, leave=True, desc="tuning",
                         bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} {unit}s "
                                    "[{elapsed}<{remaining}{postfix}]")
 

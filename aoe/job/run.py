@@ -178,11 +178,23 @@ def settings_from_env(env: Mapping[str, str] | None = None, *, soc: str = DEFAUL
 # --- signals -----------------------------------------------------------------------------------
 
 class StopFlag:
-    """SIGINT/SIGTERM set the flag (the tuner stops between cases); a second signal stops at once."""
+    """SIGINT/SIGTERM set the flag (the tuner stops between cases); a second signal stops at once.
 
-    def __init__(self) -> None:
+    If the operator being tuned does not finish within `grace` seconds of the first signal
+    (`AOE_STOP_GRACE`, default 10), the job stops at once as well (SIGALRM): the result file is
+    written as "tuning incomplete" either way.
+    """
+
+    def __init__(self, grace: float | None = None) -> None:
         self.signum: int | None = None
         self._prev: dict[int, Any] = {}
+        self._pid = os.getpid()
+        if grace is None:
+            try:
+                grace = float(os.environ.get("AOE_STOP_GRACE", "") or 10)
+            except ValueError:
+                grace = 10.0
+        self.grace = max(0.0, grace)
 
     def __call__(self) -> bool:
         return self.signum is not None
@@ -200,6 +212,13 @@ class StopFlag:
             sys.stderr.flush()
         except (OSError, ValueError):
             pass
+        if self._prev and self.grace > 0:
+            self._prev.setdefault(signal.SIGALRM, signal.signal(signal.SIGALRM, self._alarm))
+            signal.setitimer(signal.ITIMER_REAL, self.grace)
+
+    def _alarm(self, signum: int, frame: Any) -> None:
+        if os.getpid() == self._pid and self.signum is not None:
+            raise KeyboardInterrupt
 
     def install(self) -> None:
         self._pid = os.getpid()
@@ -209,6 +228,8 @@ class StopFlag:
             self._prev[s] = signal.signal(s, self._handler)
 
     def restore(self) -> None:
+        if signal.SIGALRM in self._prev:
+            signal.setitimer(signal.ITIMER_REAL, 0)
         for s, h in self._prev.items():
             signal.signal(s, h)
         self._prev.clear()
