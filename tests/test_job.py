@@ -85,6 +85,7 @@ def cli(capsys, *argv):
     ("AOE_SEARCH_BUDGET", "0", "AOE_SEARCH_BUDGET='0'"),
     ("TUNE_BANK_PATH", "/nonexistent/bank", "/nonexistent/bank does not exist"),
     ("AOE_CONFIG", "/nonexistent/aoe.ini", "config file /nonexistent/aoe.ini"),
+    ("ASCEND_WORK_PATH", "/dev/null", "not a directory"),
 ])
 def test_bad_environment_values_fail_cleanly(env, capsys, monkeypatch, var, value, needle):
     monkeypatch.setenv(var, value)
@@ -123,6 +124,17 @@ def test_config_file_search_order(env, monkeypatch):
     assert cfg.read_config(cfg.find_config(other, {"AOE_CONFIG": "x"}, env)).tuning_parallel_num == 5
     s = aoe.job.settings_from_env({"AOE_CONFIG": str(other), "TUNE_BANK_PATH": str(env / "bank")}, cwd=env)
     assert s.tuning_parallel_asked == 5 and s.workers == min(5, cfg.cpu_count())
+
+
+def test_ascend_cache_path_is_checked_when_tune_bank_path_is_unset(env, capsys, monkeypatch):
+    monkeypatch.delenv("TUNE_BANK_PATH")
+    monkeypatch.setenv("ASCEND_CACHE_PATH", str(env / "no_cache"))
+    rc, _, err = cli(capsys, "-m", "zoo:mobilenet_v2", "-j", "2")
+    assert rc == 2 and "ASCEND_CACHE_PATH" in err and "no_cache" in err
+    (env / "cache").mkdir()
+    monkeypatch.setenv("ASCEND_CACHE_PATH", str(env / "cache"))
+    r = aoe.tune("zoo:mobilenet_v2", tune_ops={"tune_ops_type": ["ReduceMeanD"]})
+    assert r.bank_dir == env / "cache" / "aoe_data" / SOC
 
 
 def test_bank_without_permissions_fails_cleanly(env, capsys):
@@ -517,3 +529,36 @@ def test_a_stuck_operator_still_stops_after_the_grace_period(env, monkeypatch):
     assert "tuning_time(s)" not in next(iter(d.values()))[0]["basic"]
     assert sig.getsignal(sig.SIGTERM) is sig.SIG_DFL or not callable(sig.getsignal(sig.SIGTERM)) \
         or sig.getsignal(sig.SIGTERM).__name__ != "_handler"
+
+
+def test_sgat_interrupt_and_reload_restore_the_outcomes(env, monkeypatch):
+    import signal as sig
+
+    import aoe.sgat as sgat
+
+    real = sgat.tune_graph
+    calls = []
+
+    def interrupted(*a, **kw):
+        inner = kw["on_progress"]
+
+        def on_progress(rep):
+            calls.append(1)
+            if len(calls) == 3:
+                os.kill(os.getpid(), sig.SIGINT)      # Ctrl-C after the third subgraph
+            inner(rep)
+        kw["on_progress"] = on_progress
+        return real(*a, **kw)
+
+    monkeypatch.setattr(sgat, "tune_graph", interrupted)
+    r = aoe.tune("zoo:bert_base", mode="subgraph", soc="Ascend910A")
+    assert r.signal == sig.SIGINT and r.exit_code == 130 and r.status == "tuning incomplete"
+    d = json.loads(r.result_file.read_text())
+    validate(d, "sgat")
+    task = next(iter(d.values()))
+    assert "tuning_time(s)" not in task[0]["basic"] and task[1]["SGAT"]["repo_summary"]["total_num"] == 3
+    monkeypatch.setattr(sgat, "tune_graph", real)
+    r2 = aoe.tune("zoo:bert_base", mode="subgraph", soc="Ascend910A", reload=True)
+    assert r2.result_file == r.result_file and r2.status == "tuning successful"
+    ref = real(aoe.graph.load("zoo:bert_base"), "Ascend910A", env / "ref")   # uninterrupted, fresh bank
+    assert r2.section == ref.to_result_section()
