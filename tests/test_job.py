@@ -562,3 +562,46 @@ def test_sgat_interrupt_and_reload_restore_the_outcomes(env, monkeypatch):
     assert r2.result_file == r.result_file and r2.status == "tuning successful"
     ref = real(aoe.graph.load("zoo:bert_base"), "Ascend910A", env / "ref")   # uninterrupted, fresh bank
     assert r2.section == ref.to_result_section()
+
+
+def test_failed_operators_give_tuning_failed(env, capsys, monkeypatch):
+    import aoe.opat.graph_tune as gt
+
+    real = gt.tune_case
+
+    def flaky(case, *a, **kw):
+        if case.op_type == "SoftmaxV2":
+            raise RuntimeError("kernel compile failed")
+        return real(case, *a, **kw)
+
+    monkeypatch.setattr(gt, "tune_case", flaky)
+    (env / "aoe.ini").write_text("[tuning]\ntuning_parallel_num = 1\n")
+    rc, out, err = cli(capsys, "-m", str(tiny_onnx(env / "tiny.onnx")), "-j", "2")
+    assert rc == 1, err
+    d = json.loads(only_file(env).read_text())
+    validate(d, "opat")
+    sec = next(iter(d.values()))[1]["OPAT"]
+    assert sec["opat_tuning_result"] == "tuning failed" and sec["tuning_failed_operators"] == ["softmax"]
+    assert "1 failed" in out
+
+
+def test_model_errors_are_clean(env, capsys):
+    (env / "broken.onnx").write_bytes(b"not a model")
+    for argv, needle in ((["-m", "missing.onnx"], "does not exist"),
+                         (["-m", "broken.onnx"], "broken.onnx"),
+                         (["-m", "zoo:nope"], "nope"),
+                         (["-m", "zoo:mobilenet_v2", "--input_shape", "input:1,x"], "input"),
+                         (["-m", "zoo:mobilenet_v2", "-f", "3"], "TensorFlow"),
+                         (["-m", "zoo:mobilenet_v2", "--device", "9"], "--device"),
+                         (["-j", "2"], "no model given")):
+        rc, _, err = cli(capsys, *argv, *(["-j", "2"] if "-j" not in argv else []))
+        assert rc == 2 and err.startswith("aoe: error:") and needle in err, (argv, err)
+    assert not list(env.glob("aoe_result_*"))
+
+
+def test_json_graph_form(env, capsys):
+    g = aoe.graph.load(str(tiny_onnx(env / "tiny.onnx")))
+    (env / "tiny.json").write_text(g.to_json())
+    rc, _, err = cli(capsys, "-m", "tiny.json", "-f", "json", "-j", "2")
+    assert rc == 0, err
+    validate(json.loads(only_file(env).read_text()), "opat")
