@@ -7,7 +7,7 @@ from typing import Any, Sequence, TextIO
 
 
 class Progress:
-    """A tqdm bar (cases done/total, bank hits, last operator, ETA) — or nothing.
+    """A tqdm bar (cases done/total, operators done, bank hits, last operator, ETA) — or nothing.
 
     Shown only when `enabled` and the stream is a terminal (`force` shows it anyway, for tests).
     """
@@ -20,6 +20,7 @@ class Progress:
         self.bar: Any = None
         self.hits = 0
         self.done = 0
+        self.ops = 0
 
     def start(self, total: int, initial: int = 0) -> None:
         self.done = initial
@@ -42,13 +43,15 @@ class Progress:
             self.bar.total = total
             self.bar.refresh()
 
-    def step(self, hit: bool, current: str) -> None:
+    def step(self, hit: bool, current: str, n_ops: int = 1) -> None:
+        """One case (or subgraph) done; `n_ops` operators share it; `current` names the last one."""
         self.done += 1
         self.hits += int(hit)
+        self.ops += n_ops
         if self.bar is None:
             return
         name = current if len(current) <= 40 else "…" + current[-39:]
-        self.bar.set_postfix_str(f"hits {self.hits}, {name}", refresh=False)
+        self.bar.set_postfix_str(f"{self.ops} ops, hits {self.hits}, {name}", refresh=False)
         self.bar.update(1)
 
     def close(self) -> None:

@@ -461,7 +461,7 @@ def _run_opat(spec: JobSpec, settings: JobSettings, soc: Any, graph: Any, tune_o
             records[r.op_name] = r
         if recs and recs[0].outcome:
             counters.record(Outcome(recs[0].outcome))
-        progress.step(hit, recs[0].op_name if recs else "")
+        progress.step(hit, recs[0].op_name if recs else "", len(recs))
         write_partial()
 
     measure = None
@@ -549,7 +549,7 @@ def _run_sgat(spec: JobSpec, settings: JobSettings, soc: Any, graph: Any, rf: Re
             progress.start(rep.n_cases)
             started[0] = True
         r = rep.records[-1]
-        progress.step(r.outcome.hit if hasattr(r.outcome, "hit") else False, "+".join(r.op_types)[:60])
+        progress.step(r.outcome.hit, "+".join(r.op_types)[:60], r.count * len(r.op_types))
         write(rep)
         if stop():
             raise _Stopped
