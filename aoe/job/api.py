@@ -52,19 +52,21 @@ def tune(model: Any, mode: str | int = "op", soc: str = DEFAULT_SOC, bank: str |
          workers: int | None = None, budget: int | None = None, singleop: str | None = None,
          name: str | None = None, reload: bool = False, output: str | os.PathLike[str] | None = None,
          verbose: bool = False, progress: bool = False, lock: bool = True,
-         env: Mapping[str, str] | None = None) -> JobResult:
+         lock_dir: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> JobResult:
     """Tune one model (path, `zoo:NAME` or an `aoe.graph.Graph`); writes a result file and returns its report.
 
     `mode`: "op" / 2 (operator tuning) or "subgraph" / 1. `bank`: the TUNE_BANK_PATH-equivalent root
     (operator bank in `<bank>/<soc>/`, subgraph bank in `<bank>/`); it must exist with rwx.
     `workers`: TUNING_PARALLEL_NUM (default 8, capped at the CPUs). `budget`: strategy evaluations per
-    operator case. The returned `JobResult` has `status`, `result_file`, `section` (the OPAT/SGAT
+    operator case. `device` / `lock_dir`: the simulated device locked for the job (`lock=False`: none).
+    `env`: the environment to read what is not given (default `os.environ`; `{}` = none). The returned `JobResult` has `status`, `result_file`, `section` (the OPAT/SGAT
     object of the file) and `report` (the tuner's full report).
     """
     return tune_models([model], mode=mode, soc=soc, bank=bank, work_path=work_path, input_shape=input_shape,
                        training=training, repeat_tune=repeat_tune, tune_ops=tune_ops, device=device,
                        workers=workers, budget=budget, singleop=singleop, names=[name] if name else None,
-                       reload=reload, output=output, verbose=verbose, progress=progress, lock=lock, env=env)[0]
+                       reload=reload, output=output, verbose=verbose, progress=progress, lock=lock,
+                       lock_dir=lock_dir, env=env)[0]
 
 
 def tune_models(models: Sequence[Any], mode: str | int = "op", soc: str = DEFAULT_SOC,
@@ -73,8 +75,8 @@ def tune_models(models: Sequence[Any], mode: str | int = "op", soc: str = DEFAUL
                 tune_ops: Any = None, *, device: int | None = None, workers: int | None = None,
                 budget: int | None = None, singleop: str | None = None, names: Sequence[str] | None = None,
                 reload: bool = False, output: str | os.PathLike[str] | None = None, verbose: bool = False,
-                progress: bool = False, lock: bool = True, env: Mapping[str, str] | None = None,
-                stop_on_error: bool = True) -> list[JobResult]:
+                progress: bool = False, lock: bool = True, lock_dir: str | os.PathLike[str] | None = None,
+                env: Mapping[str, str] | None = None, stop_on_error: bool = True) -> list[JobResult]:
     """Tune several models one after the other with one shared bank; one result file, one report key each.
 
     The device is locked once for the whole batch. `input_shape` may be one spec for all models or a
@@ -95,7 +97,8 @@ def tune_models(models: Sequence[Any], mode: str | int = "op", soc: str = DEFAUL
         raise AoeError("names must give one tuning name per model")
     settings = settings_from_env(env if env is not None else os.environ, soc=soc, mode=m, device=device,
                                  work_path=work_path, bank=bank, repeat_tune=repeat_tune, tuning_parallel=workers,
-                                 budget=budget, progress=progress, reload=reload, lock=lock)
+                                 budget=budget, progress=progress, reload=reload, lock=lock,
+                                 lock_dir=lock_dir)
     if not verbose:
         settings.notes.clear()
     from .result import ResultFile
