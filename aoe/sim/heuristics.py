@@ -53,23 +53,36 @@ def default_matmul(soc: Soc, op: MatMul) -> dict[str, int]:
     ea = DTYPE_BYTES[op.dtype]
     k0 = 32 // ea
     kscale = 2 / ea  # baseK 64 for fp16 = 128 B per row of a fractal group; keep the bytes
-    cands = [(128, 256, 64), (256, 128, 64), (128, 128, 128), (64, 512, 32)]
+    # CANN's base blocks, then smaller ones it falls back to when the output has too few blocks to
+    # keep every core busy (small M or N): the estimate below picks the best-balanced one.
+    cands = [(128, 256, 64), (256, 128, 64), (128, 128, 128), (64, 512, 32), (128, 128, 64), (64, 256, 64),
+             (256, 64, 64), (64, 128, 128), (128, 64, 128), (64, 64, 128), (32, 128, 128), (128, 32, 128)]
+    canonical = 4
     if soc.l0c >= 256 * 1024:
         cands.insert(0, (256, 256, 64))
+        canonical = 5
     m16, n16, kal = _align(op.m, 16), _align(op.n, 16), _align(op.k, k0)
+    batch = max(op.batch, op.batch_b or op.batch)
     best = None
-    for bm, bn, bk in cands:
+    for rank, (bm, bn, bk) in enumerate(cands):
+        if rank >= canonical and best is not None and best[2] * 4 >= 3 * soc.cube_cores:
+            break  # CANN's own blocks keep at least 3/4 of the cores busy: no need to fall back
         bm, bn = min(bm, m16), min(bn, n16)
         bk = min(max(k0, int(bk * kscale) // k0 * k0), kal)
         # L0 capacity without double buffering is the hard limit
         if bm * bk * ea > soc.l0a or bn * bk * ea > soc.l0b or bm * bn * 4 > soc.l0c:
             continue
-        waste = _align(op.m, bm) * _align(op.n, bn)
-        if best is None or waste < best[0]:
-            best = (waste, bm, bn, bk)
+        # busiest core's Cube work (padding and core balance included); fall-back blocks (smaller,
+        # less L1 reuse) must win by more than 15%; among CANN's own, the first is preferred
+        b_dim, m_dim, n_dim = _core_split(soc.cube_cores, batch, _cdiv(op.m, bm), _cdiv(op.n, bn))
+        per_core = (_cdiv(batch, b_dim) * _cdiv(_cdiv(op.m, bm), m_dim) * _cdiv(_cdiv(op.n, bn), n_dim)
+                    * bm * bn * kal)
+        est = per_core * ((1.0 + 0.04 * rank) if rank < canonical else 1.15)
+        used = min(soc.cube_cores, batch * _cdiv(op.m, bm) * _cdiv(op.n, bn))
+        if best is None or (est, rank) < (best[0], best[1]):
+            best = (est, rank, used, bm, bn, bk)
     assert best is not None, "no base block fits L0; SoC buffers are implausibly small"
-    _, bm, bn, bk = best
-    batch = max(op.batch, op.batch_b or op.batch)
+    _, _, _, bm, bn, bk = best
     # L2 tiling first (when A and B together overflow L2): cut M and N into L2 tiles whose operand
     # panels fit, splitting the longer side; every tile is then spread over all cores.
     mc = nc = 1
