@@ -21,7 +21,7 @@ from ..bank.schema import schema_for
 from ..errors import AoeError
 from ..graph import Graph, Op
 from ..sim import Conv2D, MatMul, SimOp, VectorOp
-from ..sim.ops import VECTOR_ALIASES, VECTOR_OPS
+from ..sim.ops import DTYPE_BYTES, VECTOR_ALIASES, VECTOR_OPS
 
 HIGH_PERFORMANCE = "high_performance"
 HIGH_PRECISION = "high_precision"
@@ -173,6 +173,7 @@ def _short(fmt: str) -> str:
 
 
 def _transdata(shape: tuple[int, ...], dtype: str, src: str, dst: str) -> VectorOp:
+    """The TransData kernel converting a tensor of `shape` from layout `src` to `dst`."""
     if len(shape) < 2:
         shape = (1, *shape)
     return VectorOp("TransData", tuple(shape), dtype=_sim_dtype(dtype), src_format=src, dst_format=dst)
@@ -274,8 +275,23 @@ def _vector_case(graph: Graph, op: Op) -> OpCase:
             padded = (1,) * (len(shape) - len(other.shape)) + tuple(other.shape)
             if all(o in (1, s) for o, s in zip(padded, shape)):
                 kwargs["broadcast"] = tuple(i for i, (o, s) in enumerate(zip(padded, shape)) if o == 1 and s != 1)
+    # Conv nets keep 4-D activations in NC1HWC0 between Cube operators (CANN's format propagation):
+    # the vector kernel then works on channels padded to C0. Running it in NCHW instead saves the
+    # padding but needs a TransData on each side: a Format choice.
+    c1hwc0 = len(shape) == 4 and main.format == "NCHW" and name not in ("Transpose", "TransData")
+    nchw_alt = None
     try:
-        base = VectorOp(name, shape, dtype=dtype, **kwargs)
+        if c1hwc0:
+            c0 = 32 // DTYPE_BYTES.get(dtype, 2)
+            padded = (shape[0], -(-shape[1] // c0) * c0, shape[2], shape[3])
+            base = VectorOp(name, padded, dtype=dtype, **kwargs)
+            if padded != shape:
+                nchw_alt = Variant("NCHW", VectorOp(name, shape, dtype=dtype, **kwargs),
+                                   extra_ops=(_transdata(shape, dtype, "NC1HWC0", "NCHW"),
+                                              _transdata(_out_shape(outs, shape), dtype, "NCHW", "NC1HWC0")),
+                                   knowledge={"formats": ["NCHW"]})
+        else:
+            base = VectorOp(name, shape, dtype=dtype, **kwargs)
     except AoeError as exc:
         raise Unsupported(f"{op.type}: {exc}") from None
     key = schema_for(op.type).canonical_key(op.type, {
@@ -286,10 +302,18 @@ def _vector_case(graph: Graph, op: Op) -> OpCase:
         "output_formats": [t.format for t in outs],
         "attrs": _key_attrs(op.attrs),
     })
-    default = Variant("ND", base)
+    default = Variant("NC1HWC0" if c1hwc0 else "ND", base)
     impls = tuple(Variant(f"impl{i}", base, modes=_impl_modes(name, i), knowledge={"impl": i})
                   for i in range(base.impls))
-    return OpCase(op.name, op.type, "vector", key, default, (default,), impls)
+    formats = (default, nchw_alt) if nchw_alt is not None else (default,)
+    return OpCase(op.name, op.type, "vector", key, default, formats, impls)
+
+
+def _out_shape(outs: list[Any], fallback: tuple[int, ...]) -> tuple[int, ...]:
+    """Shape of the first output when it is 4-D (pooling shrinks H and W), else the input's."""
+    if outs and len(outs[0].shape) == 4:
+        return tuple(int(d) for d in outs[0].shape)
+    return fallback
 
 
 def _impl_modes(name: str, impl: int) -> frozenset[str]:
