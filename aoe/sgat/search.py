@@ -7,7 +7,7 @@ All three call the same evaluator (`evaluator.py`), so they agree on what a plan
 - `exhaustive`: every plan, in batches (used up to `EXHAUSTIVE_LIMIT` plans).
 - `beam`: decides the edges in order, keeping the `width` best partial plans per step (undecided
   edges completed consistently: fused when their ends are already in one kernel), starting from every
-  (tile, L2) pair; then first-improvement local search over single changes until none helps.
+  (tile, L2) pair; then best-improvement local search from the six best finals until none helps.
 Ties are broken by the plan's position in lexicographic order, so every search is deterministic.
 """
 from __future__ import annotations
@@ -145,7 +145,7 @@ def _complete(plans, k, edges, n):
     return plans
 
 
-def beam(rd: RegionData, width: int = 16) -> SearchResult:
+def beam(rd: RegionData, width: int = 32) -> SearchResult:
     """Deterministic beam search over the edges per (split, tile, L2), then local search."""
     e = rd.n_edges
     w = rd.plan_width
@@ -172,7 +172,7 @@ def beam(rd: RegionData, width: int = 16) -> SearchResult:
         finals.append((float(t[i]), states[i].copy()))
     finals.sort(key=lambda x: (x[0], tuple(x[1])))
     best_t, plan = finals[0][0], finals[0][1]
-    for t0, p0 in finals[:3]:
+    for t0, p0 in finals[:6]:
         if not np.isfinite(t0):
             continue
         q, tq, n_ls = local_search(rd, p0, t0)
