@@ -137,14 +137,13 @@ AOE_HOT Result cube_eval(const SoC& s, const CubeProblem& p, const CubePrep& c, 
     // the outer loop comes back to it; otherwise every base block streams its K panel again.
     const int64_t mT = ceil_div(mIter, stM), nT = ceil_div(nIter, stN);
     const bool akf = sKa >= kIter, bkf = sKb >= kIter;
-    double a_mult, b_mult;
-    if (ord == 0) {  // M first: N outer, M inner -> B stays, A comes back once per N tile
-        a_mult = akf ? (mT == 1 ? 1.0 : double(nT)) : double(nIter);
-        b_mult = bkf ? 1.0 : double(mIter);
-    } else {         // N first: M outer, N inner -> A stays, B comes back once per M tile
-        a_mult = akf ? 1.0 : double(nIter);
-        b_mult = bkf ? (nT == 1 ? 1.0 : double(mT)) : double(mIter);
-    }
+    // M first (order 0): N outer, M inner -> B stays, A comes back once per N tile (unless one
+    // M tile holds it all); N first: the mirror image. Written as selects, not branches: in a
+    // batch of candidates the order flips unpredictably.
+    const int64_t a_back = (ord == 0 && mT != 1) ? nT : 1;
+    const int64_t b_back = (ord == 1 && nT != 1) ? mT : 1;
+    const double a_mult = double(akf ? a_back : nIter);
+    const double b_mult = double(bkf ? b_back : mIter);
     const double a_task = double(a_nz ? aM : tM) * double(a_nz ? aK : tK) * ea * a_mult * p.a_gm_scale;
     const double b_task = double(b_nz ? aN : tN) * double(b_nz ? aK : tK) * ea * b_mult * p.b_gm_scale;
     // Whole-chip reads: every (M block, K block) panel of A is read by all nB column blocks.

@@ -141,6 +141,7 @@ inline double hbm_bytes_per_cycle(const SoC& s, double freq_mhz) {
     return s.hbm_gbps * s.hbm_efficiency * 1000.0 / freq_mhz;
 }
 inline double dma_eff(const SoC& s, double run_bytes) { return run_bytes / (run_bytes + s.dma_overhead_bytes); }
+// Total time of a kernel and the pipe that bounds it.
 void finish(const SoC& s, Result& r, double core_cycles, double vec_cycles, int kernels);
 
 }  // namespace aoesim
