@@ -612,7 +612,7 @@ def test_api_needs_no_environment(env, monkeypatch):
     monkeypatch.setenv("TUNE_BANK_PATH", "/nonexistent")
     (env / "b").mkdir()
     r = aoe.tune(str(tiny_onnx(env / "t.onnx")), "op", "Ascend910A", bank=env / "b", work_path=env / "w",
-                 budget=500, lock_dir=env / "l", env={})
+                 budget=2000, lock_dir=env / "l", env={})
     assert r.status == "tuning successful" and r.result_file.parent == env / "w"
     assert r.bank_dir == env / "b" / "Ascend910A" and (env / "l" / "device0.lock").exists()
     v = aoe.verify(str(env / "t.onnx"), soc="Ascend910A", bank=env / "b", env={})

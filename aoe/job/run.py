@@ -189,6 +189,7 @@ class StopFlag:
         self.signum: int | None = None
         self._prev: dict[int, Any] = {}
         self._pid = os.getpid()
+        self._children_before: set[int | None] = set()
         if grace is None:
             try:
                 grace = float(os.environ.get("AOE_STOP_GRACE", "") or 10)
@@ -199,11 +200,21 @@ class StopFlag:
     def __call__(self) -> bool:
         return self.signum is not None
 
+    def _stop_now(self) -> None:
+        # worker processes started by this job (not the caller's own children) may be stuck in a
+        # case: end them, or the worker pool would wait for them forever
+        import multiprocessing
+
+        for p in multiprocessing.active_children():
+            if p.pid not in self._children_before:
+                p.kill()
+        raise KeyboardInterrupt
+
     def _handler(self, signum: int, frame: Any) -> None:
         if os.getpid() != self._pid:      # a forked worker: its parent decides
             return
         if self.signum is not None:
-            raise KeyboardInterrupt
+            self._stop_now()
         self.signum = signum
         name = signal.Signals(signum).name
         try:
@@ -218,10 +229,13 @@ class StopFlag:
 
     def _alarm(self, signum: int, frame: Any) -> None:
         if os.getpid() == self._pid and self.signum is not None:
-            raise KeyboardInterrupt
+            self._stop_now()
 
     def install(self) -> None:
+        import multiprocessing
+
         self._pid = os.getpid()
+        self._children_before = {p.pid for p in multiprocessing.active_children()}
         if threading.current_thread() is not threading.main_thread():
             return
         for s in (signal.SIGINT, signal.SIGTERM):
