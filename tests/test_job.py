@@ -617,3 +617,27 @@ def test_api_needs_no_environment(env, monkeypatch):
     assert r.bank_dir == env / "b" / "Ascend910A" and (env / "l" / "device0.lock").exists()
     v = aoe.verify(str(env / "t.onnx"), soc="Ascend910A", bank=env / "b", env={})
     assert v.tuned_us < v.default_us
+
+
+def _stuck_worker(args):          # a worker-process case that never finishes
+    while True:
+        time.sleep(0.01)
+
+
+@pytest.mark.skipif(cfg.cpu_count() < 2, reason="needs two CPUs for two worker processes")
+def test_stuck_worker_processes_do_not_hang_the_stop(env, monkeypatch):
+    import signal as sig
+
+    import aoe.opat.graph_tune as gt
+
+    monkeypatch.setattr(gt, "_tune_worker", _stuck_worker)
+    monkeypatch.setenv("AOE_STOP_GRACE", "0.5")
+    threading.Timer(1.0, os.kill, (os.getpid(), sig.SIGTERM)).start()
+    t0 = time.time()
+    r = aoe.tune("zoo:mobilenet_v2", workers=2)
+    assert time.time() - t0 < 10
+    assert r.exit_code == 143 and r.status == "tuning incomplete"
+    import multiprocessing
+
+    time.sleep(0.2)
+    assert not multiprocessing.active_children()

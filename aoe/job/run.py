@@ -204,10 +204,23 @@ class StopFlag:
         # worker processes started by this job (not the caller's own children) may be stuck in a
         # case: end them, or the worker pool would wait for them forever
         import multiprocessing
+        from concurrent.futures import InvalidStateError
 
+        killed = False
         for p in multiprocessing.active_children():
             if p.pid not in self._children_before:
                 p.kill()
+                killed = True
+        if killed:
+            # CPython 3.11's pool manager thread then trips over the futures map() cancelled
+            # (InvalidStateError in set_exception): harmless, but it would print a traceback
+            prev_hook = threading.excepthook
+
+            def hook(args: Any) -> None:
+                if not issubclass(args.exc_type, InvalidStateError):
+                    prev_hook(args)
+
+            threading.excepthook = hook
         raise KeyboardInterrupt
 
     def _handler(self, signum: int, frame: Any) -> None:
