@@ -46,6 +46,7 @@ environment (SPEC §2; a bad value is an error):
   REPEAT_TUNE           True re-tunes cases already in a bank (default False: they are hits)
   AOE_SEARCH_BUDGET     strategy evaluations per operator case (default 100000; small for tests)
   AOE_LOCK_DIR          where device locks live (default $TMPDIR/aoe-devices)
+  AOE_STOP_GRACE        seconds the current operator may take after Ctrl-C/SIGTERM (default 10)
   AOE_CONFIG            the aoe.ini to read when --config is not given
 
 config file (--config FILE, else $AOE_CONFIG, else ./aoe.ini), INI syntax:
