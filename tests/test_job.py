@@ -118,7 +118,7 @@ def test_bad_config_file_fails_cleanly(env, capsys, text, needle):
 def test_config_file_search_order(env, monkeypatch):
     (env / "aoe.ini").write_text("tuning_parallel_num = 3\n")          # bare keys are accepted
     other = env / "other.ini"
-    other.write_text("[tuning]\nTUNING_PARALLEL_NUM = 5\n")
+    other.write_text("[tuning]\nTUNING_PARALLEL_NUM = 5   # as in `aoe --help`\n")
     assert cfg.read_config(cfg.find_config(None, {}, env)).tuning_parallel_num == 3
     assert cfg.read_config(cfg.find_config(None, {"AOE_CONFIG": str(other)}, env)).tuning_parallel_num == 5
     assert cfg.read_config(cfg.find_config(other, {"AOE_CONFIG": "x"}, env)).tuning_parallel_num == 5

@@ -158,7 +158,7 @@ def read_config(path: Path | None) -> IniConfig:
     out = IniConfig(path=path)
     if path is None:
         return out
-    cp = configparser.ConfigParser(interpolation=None)
+    cp = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=("#", ";"))
     try:
         with open(path, encoding="utf-8") as fh:
             text = fh.read(1 << 20)
