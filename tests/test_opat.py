@@ -274,3 +274,20 @@ def test_a_small_budget_climbs_from_canns_default():
     assert space.member(a.row[None, :])[0]  # stays inside the space it searches
     b = search(space, op, measure, Budget(evaluations=150), seed=2)
     assert np.array_equal(a.row, b.row)
+
+
+def test_local_search_stops_when_the_reachable_space_is_used_up():
+    # a tiny space and a budget larger than it: the climb must end, not spin on seen points
+    op = sim.MatMul(m=1, n=2048, k=1000)
+    space = space_for(SOC, op)
+    res = search(space, op, simulator_measure(SOC), Budget(evaluations=len(space.outer) - 1))
+    assert res.driver == "local" and res.found and res.evaluations < len(space.outer)
+
+
+def test_a_resumed_run_counts_shared_cases_once(tmp_path):
+    g = small_graph()
+    full = tune_graph(g, SOC, tmp_path / "a", builtin=False)
+    done = {r.op_name: r for r in full.records if r.op_name in ("mm_a", "mm_b")}  # one shared case
+    resumed = tune_graph(g, SOC, tmp_path / "b", builtin=False, done_ops=done)
+    assert resumed.counters.total_num == full.counters.total_num
+    assert resumed.counters.consistent()

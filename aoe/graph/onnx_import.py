@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import AoeError
 from .ir import Graph, Op, Tensor, unique_name
-from .shapes import INPUT_SHAPE_SYNTAX, MAX_NUMEL, broadcast, check_shape
+from .shapes import INPUT_SHAPE_SYNTAX, broadcast, check_shape
 
 log = logging.getLogger("aoe.graph")
 

@@ -339,7 +339,7 @@ def load_graph(spec: JobSpec) -> Any:
 def _record_to_json(r: Any) -> dict[str, Any]:
     return {"op_name": r.op_name, "op_type": r.op_type, "outcome": r.outcome, "before_us": r.before_us,
             "after_us": r.after_us, "kinds": {k: [g.before_us, g.after_us] for k, g in r.kinds.items()},
-            "skipped": r.skipped, "error": r.error}
+            "skipped": r.skipped, "error": r.error, "case": r.case}
 
 
 def _record_from_json(d: Mapping[str, Any]) -> Any:
@@ -347,7 +347,7 @@ def _record_from_json(d: Mapping[str, Any]) -> Any:
 
     return OpRecord(d["op_name"], d["op_type"], d.get("outcome"), d.get("before_us"), d.get("after_us"),
                     {k: KindGain(float(v[0]), float(v[1])) for k, v in (d.get("kinds") or {}).items()},
-                    d.get("skipped"), d.get("error"))
+                    d.get("skipped"), d.get("error"), d.get("case"))
 
 
 # --- the run ----------------------------------------------------------------------------------
@@ -459,7 +459,7 @@ def _run_opat(spec: JobSpec, settings: JobSettings, soc: Any, graph: Any, tune_o
               prev_state: dict[str, Any] | None, prev_elapsed: float, t0: float, stop: StopFlag,
               out: Callable[[str], None] | None) -> JobResult:
     from ..bank import Counters, Outcome
-    from ..opat import Budget, OpatReport, simulator_measure, tune_graph
+    from ..opat import Budget, OpatReport, tune_graph
     from .progress import Progress
 
     order = {op.name: i for i, op in enumerate(graph.ops)}
@@ -491,15 +491,12 @@ def _run_opat(spec: JobSpec, settings: JobSettings, soc: Any, graph: Any, tune_o
         progress.step(hit, recs[0].op_name if recs else "", len(recs))
         write_partial()
 
-    measure = None
-    if settings.workers <= 1 and settings.te_parallel > 1:
-        measure = simulator_measure(soc, threads=settings.te_parallel)
     budget = Budget(evaluations=settings.budget) if settings.budget else None
     report = None
     error: BaseException | None = None
     try:
         report = tune_graph(graph, soc, settings.op_bank_dir, repeat_tune=settings.repeat_tune, budget=budget,
-                            measure=measure, tune_ops=tune_ops, workers=settings.workers,
+                            threads=settings.te_parallel, tune_ops=tune_ops, workers=settings.workers,
                             on_start=lambda n: progress.start(n), on_case=on_case, should_stop=stop,
                             done_ops=done)
     except KeyboardInterrupt:

@@ -20,7 +20,7 @@ from ..bank import BankChain, BuiltinBank, Counters, OpBank, Outcome, decide, ma
 from ..errors import AoeError
 from ..graph import Graph
 from ..ops import HIGH_PERFORMANCE, OpCase, Unsupported, Variant, describe
-from ..sim import SimOp, default_strategy, strategy_fields
+from ..sim import default_strategy, strategy_fields
 from ..soc import Soc, load_soc
 from .search import Budget, Measure, simulator_measure
 from .tune import KINDS, KindGain, TuneResult, tune_case
@@ -40,6 +40,7 @@ class OpRecord:
     kinds: dict[str, KindGain] = field(default_factory=dict)
     skipped: str | None = None           # reason it was not tunable
     error: str | None = None             # why tuning failed
+    case: str | None = None              # identity of its case (operators sharing one count once)
 
     @property
     def modified(self) -> bool:
@@ -171,10 +172,10 @@ def select_ops(graph: Graph, names: Iterable[str] = (), types: Iterable[str] = (
     return chosen
 
 
-def _tune_worker(args: tuple[OpCase, str, tuple[str, ...], Budget, str, int]) -> TuneResult | str:
-    case, soc_src, kinds, budget, implmode, seed = args
+def _tune_worker(args: tuple[OpCase, str, tuple[str, ...], Budget, str, int, int]) -> TuneResult | str:
+    case, soc_src, kinds, budget, implmode, seed, threads = args
     try:
-        return tune_case(case, soc_src, kinds=kinds, budget=budget, implmode=implmode, seed=seed)
+        return tune_case(case, soc_src, kinds=kinds, budget=budget, implmode=implmode, seed=seed, threads=threads)
     except Exception as exc:  # noqa: BLE001 - one case failing must not stop the others
         return f"{type(exc).__name__}: {exc}"
 
@@ -183,16 +184,17 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
                builtin: bool = True, repeat_tune: bool = False, kinds: Sequence[str] = KINDS,
                budget: Budget | None = None, measure: Measure | None = None,
                implmode: str = HIGH_PERFORMANCE, tune_ops: set[str] | None = None, workers: int = 1,
-               seed: int = 0, on_start: Callable[[int], None] | None = None,
+               seed: int = 0, threads: int = 1, on_start: Callable[[int], None] | None = None,
                on_case: Callable[[list[OpRecord], bool], None] | None = None,
                should_stop: Callable[[], bool] | None = None,
                done_ops: Mapping[str, OpRecord] | None = None) -> OpatReport:
     """Operator-tune every operator of `graph` once; write improvements to the custom bank in `bank_dir`.
 
     `bank_dir` is the operator bank directory of this SoC (`aoe.bank.resolve_op_bank_dir`), None for
-    no custom bank (nothing is written). `on_case(records, hit)` is called after every case (for the
-    real-time result file and progress); `should_stop()` between cases ends the run as
-    "tuning incomplete"; `done_ops` (from an interrupted run) are kept without re-tuning.
+    no custom bank (nothing is written). `threads` = simulator threads per tuning process (with the
+    default measure). `on_case(records, hit)` is called after every case (for the real-time result
+    file and progress); `should_stop()` between cases ends the run as "tuning incomplete";
+    `done_ops` (from an interrupted run) are kept without re-tuning.
     """
     t0 = time.perf_counter()
     soc = load_soc(soc)
@@ -201,8 +203,8 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
         raise AoeError("the number of tuning workers must be at least 1")
     custom = OpBank(bank_dir, soc.name, soc.cube_cores) if bank_dir is not None else None
     chain = BankChain(custom, BuiltinBank(soc.name, soc.cube_cores) if builtin else None)
-    user_measure = measure is not None
-    measure = measure or simulator_measure(soc)
+    user_measure = measure
+    measure = measure or simulator_measure(soc, threads)
     done_ops = dict(done_ops or {})
 
     records: dict[str, OpRecord] = {}
@@ -228,8 +230,11 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
         cases.setdefault(case.case_id, (case, []))[1].append(op)
 
     counters = Counters()
-    for rec in done_ops.values():
-        if rec.outcome:
+    counted: set[str] = set()
+    for rec in done_ops.values():  # a case shared by several finished operators counts once
+        ident = rec.case or rec.op_name
+        if rec.outcome and ident not in counted:
+            counted.add(ident)
             counters.record(Outcome(rec.outcome))
     if on_start is not None:
         on_start(len(cases))
@@ -244,9 +249,10 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
         nonlocal evaluations
         ops = cases[cid][1]
         in_bank = entry is not None
+        ident = repr(cid)
         if isinstance(result, str):
             for op in ops:
-                records[op.name] = OpRecord(op.name, _op_type_label(op), error=result)
+                records[op.name] = OpRecord(op.name, _op_type_label(op), error=result, case=ident)
             if on_case is not None:
                 on_case([records[op.name] for op in ops], in_bank)
             return
@@ -263,7 +269,8 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
                                               default_t, {"soc": soc.name, "kinds": sorted(result.helped_kinds())})])
         after = tuned if outcome.writes else in_use
         for op in ops:
-            records[op.name] = OpRecord(op.name, _op_type_label(op), outcome.value, in_use, after, kinds_out)
+            records[op.name] = OpRecord(op.name, _op_type_label(op), outcome.value, in_use, after, kinds_out,
+                                        case=ident)
         if on_case is not None:
             on_case([records[op.name] for op in ops], in_bank)
 
@@ -288,19 +295,20 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
         if not should_tune(entry is not None, repeat_tune):
             finish(cid, case, entry, in_use, default_t, None)
             continue
-        if workers > 1 and not user_measure:
+        if workers > 1 and user_measure is None:
             pending_tune.append((cid, case, entry, in_use, default_t))
             continue
         try:
-            result: TuneResult | str = tune_case(case, soc, kinds=kinds, budget=budget, measure=measure,
-                                                 implmode=implmode, seed=seed)
+            # the simulator's own measure stays implicit so the search may prune with its bound
+            result: TuneResult | str = tune_case(case, soc, kinds=kinds, budget=budget, measure=user_measure,
+                                                 implmode=implmode, seed=seed, threads=threads)
         except Exception as exc:  # noqa: BLE001 - one case failing must not stop the others
             result = f"{type(exc).__name__}: {exc}"
         finish(cid, case, entry, in_use, default_t, result)
 
     if pending_tune and not stopped:
         soc_src = soc.source or soc.name
-        jobs = [(case, soc_src, tuple(kinds), budget, implmode, seed) for _, case, _, _, _ in pending_tune]
+        jobs = [(case, soc_src, tuple(kinds), budget, implmode, seed, threads) for _, case, _, _, _ in pending_tune]
         with ProcessPoolExecutor(max_workers=workers) as pool:
             # results come back in submission order, so the run is identical to a serial one
             for (cid, case, entry, in_use, default_t), result in zip(pending_tune, pool.map(_tune_worker, jobs)):

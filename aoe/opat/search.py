@@ -246,10 +246,13 @@ def local_search(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budg
                 if tr.left() and np.isfinite(t[i]):
                     seen.discard(probe[i].tobytes())
                     climb(probe[i])
-    while tr.left() and len(outer):
+    idle = 0  # restarts that found nothing new to measure: the reachable space is used up
+    while tr.left() and len(outer) and idle < 64:
+        spent = tr.evals
         pick = space.expand(outer[rng.integers(len(outer), size=1)])  # a random member of the space
         if len(pick):
             climb(pick[rng.integers(len(pick))])
+        idle = idle + 1 if tr.evals == spent else 0
     return tr.result("local")
 
 

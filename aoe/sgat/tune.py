@@ -8,7 +8,7 @@ from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
-from ..bank.decision import Counters, Outcome, decide, should_tune
+from ..bank.decision import Outcome, decide, should_tune
 from ..bank.subgraph import SubgraphBank
 from ..errors import AoeError
 from ..graph.ir import Graph, Op
