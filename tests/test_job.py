@@ -322,6 +322,18 @@ def test_tune_ops_file_limits_tuning(env, capsys):
     assert sec["repo_summary"]["total_num"] == 2      # the Clip (Relu6) case and the one ReduceMeanD case
 
 
+def test_tune_ops_file_limits_subgraph_tuning(env, capsys):
+    (env / "ops.json").write_text(json.dumps({"tune_ops_type": ["MaxPool"]}))
+    rc, out, err = cli(capsys, "-m", "zoo:resnet50", "-j", "1", "--soc_version", "Ascend910A",
+                       "--tune_ops_file", "ops.json")
+    assert rc == 0, err
+    d = json.loads(only_file(env, "sgat").read_text())
+    sec = next(iter(d.values()))[1]["SGAT"]
+    assert sec["repo_summary"]["total_num"] == 1     # only the subgraph holding the MaxPool
+    rc, out, err = cli(capsys, "-m", "zoo:resnet50", "-j", "1", "--soc_version", "Ascend910A")
+    assert rc == 0, err
+
+
 def test_tune_models_share_one_bank_and_one_result_file(env):
     a = tiny_onnx(env / "a.onnx")
     g = aoe.graph.load(str(a))

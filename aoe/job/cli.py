@@ -91,7 +91,7 @@ def job_parser() -> argparse.ArgumentParser:
                         "simulated time (JSON; a directory gets <name>_tuned.json)")
     p.add_argument("--tune_ops_file", metavar="FILE",
                    help='tune only these operators: {"tune_ops_name": [...], "tune_ops_type": [...]} (a union; '
-                        "fused operators containing a listed type count)")
+                        "fused operators containing a listed type count; with -j 1, the subgraphs holding them)")
     p.add_argument("--device", metavar="ID", help="simulated device id (default $ASCEND_DEVICE_ID or 0)")
     p.add_argument("--reload", action="store_true",
                    help="resume the latest interrupted job of this model in the work path")

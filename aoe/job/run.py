@@ -364,8 +364,6 @@ def run_job(spec: JobSpec, settings: JobSettings, *, out: Callable[[str], None] 
         from ..sgat import check_soc
 
         check_soc(soc)
-    if spec.tune_ops is not None and spec.mode != 2:
-        raise AoeError("a tune_ops file selects operators for operator tuning: use --job_type 2")
     graph = graph if graph is not None else load_graph(spec)
     tuning_name = spec.name or graph.name or "graph"
     tune_ops = None
@@ -581,8 +579,10 @@ def _run_sgat(spec: JobSpec, settings: JobSettings, soc: Any, graph: Any, rf: Re
     report = None
     error: BaseException | None = None
     try:
+        # a tune_ops file limits SGAT to the subgraphs holding a listed operator name or type
         report = tune_graph(graph, soc, settings.subgraph_bank_dir, repeat_tune=settings.repeat_tune,
-                            on_subgraph=on_subgraph, on_progress=on_progress)
+                            on_subgraph=on_subgraph, on_progress=on_progress,
+                            tune_ops=spec.tune_ops.to_json() if spec.tune_ops is not None else None)
     except _Stopped:
         pass
     except KeyboardInterrupt:
