@@ -79,6 +79,14 @@ void parallel_for(int64_t n, int threads, F body) {
     for (auto& th : pool) th.join();
 }
 
+// Evaluate every strategy row without the GIL and hand each Result to `store(i, result)`.
+template <class Store>
+void evaluate_rows(const SoC& soc, const Checked& c, int threads, Store store) {
+    py::gil_scoped_release nogil;
+    const BatchEvaluator ev(soc, c);
+    parallel_for(c.n, threads, [&](int64_t i) { store(i, ev(i)); });
+}
+
 py::tuple simulate_times(const SoC& soc, int kind, const I64Array& op, const I64Array& strategies,
                          int threads) {
     Checked c = check_args(kind, op, strategies);
@@ -86,15 +94,10 @@ py::tuple simulate_times(const SoC& soc, int kind, const I64Array& op, const I64
     py::array_t<int32_t> reasons(c.n);
     double* tp = times.mutable_data();
     int32_t* rp = reasons.mutable_data();
-    {
-        py::gil_scoped_release nogil;
-        const BatchEvaluator ev(soc, c);
-        parallel_for(c.n, threads, [&](int64_t i) {
-            const Result r = ev(i);
-            tp[i] = r.time_us;
-            rp[i] = r.reason;
-        });
-    }
+    evaluate_rows(soc, c, threads, [&](int64_t i, const Result& r) {
+        tp[i] = r.time_us;
+        rp[i] = r.reason;
+    });
     return py::make_tuple(times, reasons);
 }
 
@@ -107,21 +110,16 @@ py::dict simulate_batch(const SoC& soc, int kind, const I64Array& op, const I64A
     double *tp = times.mutable_data(), *hp = hbm.mutable_data(), *lp = l2.mutable_data();
     double *fp = flops.mutable_data(), *bp = bytes.mutable_data(), *busyp = busy.mutable_data();
     int32_t *rp = reasons.mutable_data(), *bdp = bound.mutable_data();
-    {
-        py::gil_scoped_release nogil;
-        const BatchEvaluator ev(soc, c);
-        parallel_for(c.n, threads, [&](int64_t i) {
-            const Result r = ev(i);
-            tp[i] = r.time_us;
-            rp[i] = r.reason;
-            hp[i] = r.hbm_bytes;
-            lp[i] = r.l2_bytes;
-            fp[i] = r.flops;
-            bp[i] = r.bytes;
-            bdp[i] = r.bound;
-            for (int p = 0; p < P_COUNT; ++p) busyp[i * P_COUNT + p] = r.busy_us[p];
-        });
-    }
+    evaluate_rows(soc, c, threads, [&](int64_t i, const Result& r) {
+        tp[i] = r.time_us;
+        rp[i] = r.reason;
+        hp[i] = r.hbm_bytes;
+        lp[i] = r.l2_bytes;
+        fp[i] = r.flops;
+        bp[i] = r.bytes;
+        bdp[i] = r.bound;
+        for (int p = 0; p < P_COUNT; ++p) busyp[i * P_COUNT + p] = r.busy_us[p];
+    });
     py::dict d;
     d["time_us"] = times;
     d["reason"] = reasons;
