@@ -102,11 +102,6 @@ class OpatReport:
             out["tuning_failed_operators"] = self.failed
         return out
 
-    def model_time_us(self, which: str = "after") -> float:
-        """Sum of the tuned operators' times (each operator counted once)."""
-        vals = [getattr(r, f"{which}_us") for r in self.records]
-        return float(sum(v for v in vals if v is not None))
-
 
 # --- applying a stored strategy ----------------------------------------------------------------
 

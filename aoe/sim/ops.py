@@ -13,11 +13,13 @@ from typing import Sequence
 import numpy as np
 
 from .. import _sim
+from ..bank.codes import dtype_code, format_code
 from ..errors import AoeError
 
-# CANN ge::DataType / ge::Format codes (the knowledge bank uses the same numbers).
-DTYPES: dict[str, int] = {"float32": 0, "float16": 1, "int8": 2, "int32": 3, "bfloat16": 27}
-FORMATS: dict[str, int] = {"NCHW": 0, "NHWC": 1, "ND": 2, "NC1HWC0": 3, "FRACTAL_Z": 4, "FRACTAL_NZ": 29}
+# The dtypes and formats the kernel models know, under their CANN ge::DataType / ge::Format codes
+# (one table for the whole project: aoe.bank.codes, the numbers bank files store).
+DTYPES: dict[str, int] = {n: dtype_code(n) for n in ("float32", "float16", "int8", "int32", "bfloat16")}
+FORMATS: dict[str, int] = {n: format_code(n) for n in ("NCHW", "NHWC", "ND", "NC1HWC0", "FRACTAL_Z", "FRACTAL_NZ")}
 _DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16",
                   "bf16": "bfloat16", "int8": "int8", "int32": "int32"}
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int8": 1, "int32": 4}
