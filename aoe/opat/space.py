@@ -461,21 +461,16 @@ def _conv_inner(soc: Soc, op: Conv2D, outer: np.ndarray, filt: bool, win: int, c
         staged[:, _C["kBL1"]] = kb[0, np.argmax(kb_ok, axis=1)[ok_row]] if filt else staged[:, _C["kAL1"]]
         pb = np.array([31])
     else:
-        rows = []
-        for i_h in range(hm.shape[1]):
-            for i_a in range(ka.shape[1]):
-                for i_b in (range(kb.shape[1]) if filt else [None]):
-                    ok = hm_ok[:, i_h] & ka_ok[:, i_a] & (kb_ok[:, i_b] if filt else True)
-                    if not ok.any():
-                        continue
-                    base = outer[ok].copy()
-                    base[:, _C["hoL1"]] = ho_l0[ok] * mults[i_h]
-                    base[:, _C["kAL1"]] = ka[ok, i_a]
-                    base[:, _C["kBL1"]] = kb[0, i_b] if filt else base[:, _C["kAL1"]]
-                    rows.append(base)
-        if not rows:
+        # every legal (hoL1 multiple, kAL1, kBL1) of every row at once
+        kb_mask = kb_ok[:, None, None, :] if filt else np.ones((len(outer), 1, 1, 1), bool)
+        mask = hm_ok[:, :, None, None] & ka_ok[:, None, :, None] & kb_mask
+        r, ih, ia, ib = np.nonzero(mask)
+        if not len(r):
             return np.zeros((0, len(CONV_FIELDS)), np.int64)
-        staged = np.concatenate(rows)
+        staged = outer[r].copy()
+        staged[:, _C["hoL1"]] = ho_l0[r] * mults[ih]
+        staged[:, _C["kAL1"]] = ka[r, ia]
+        staged[:, _C["kBL1"]] = kb[0, ib] if filt else staged[:, _C["kAL1"]]
         pb = pbufs
     out = np.repeat(staged, len(pb) * 2, axis=0)
     out[:, _C["pBufferFlag"]] = np.tile(np.repeat(pb, 2), len(staged))
