@@ -123,6 +123,18 @@ def better(new_perf: float | None, old_perf: float | None) -> bool:
     return new_perf is not None and (old_perf is None or new_perf < old_perf)
 
 
+def aoe_fields(perf_us: float | None, default_perf_us: float | None,
+               extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The record's `aoe` object: validated performances plus the caller's extra fields."""
+    aoe: dict[str, Any] = dict(extra or {})
+    for name, v in (("perf_us", perf_us), ("default_perf_us", default_perf_us)):
+        if v is not None:
+            if _perf(v) is None:
+                raise AoeError(f"{name} must be a non-negative number of microseconds, got {v!r}")
+            aoe[name] = float(v)
+    return jsonl.plain_json(aoe, "aoe extra fields")
+
+
 def make_pending(op_type: str, key: Mapping[str, Any], knowledge: Mapping[str, Any],
                  perf_us: float | None, default_perf_us: float | None = None,
                  extra: Mapping[str, Any] | None = None) -> Pending:
@@ -132,13 +144,7 @@ def make_pending(op_type: str, key: Mapping[str, Any], knowledge: Mapping[str, A
     info = schema.canonical_key(op_type, key)
     know = jsonl.plain_json(dict(knowledge), f"{op_type} knowledge")
     schema.check_knowledge(op_type, know)
-    aoe: dict[str, Any] = dict(extra or {})
-    for name, v in (("perf_us", perf_us), ("default_perf_us", default_perf_us)):
-        if v is not None:
-            if _perf(v) is None:
-                raise AoeError(f"{name} must be a non-negative number of microseconds, got {v!r}")
-            aoe[name] = float(v)
-    return Pending(op_type, info, know, jsonl.plain_json(aoe, "aoe extra fields"))
+    return Pending(op_type, info, know, aoe_fields(perf_us, default_perf_us, extra))
 
 
 def _check_record(op_type: str) -> Callable[[Any], str | None]:

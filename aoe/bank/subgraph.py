@@ -14,7 +14,7 @@ from typing import Any, Iterable, Iterator, Mapping
 from ..errors import AoeError
 from . import jsonl
 from .paths import check_dir, ensure_dir
-from .store import RECORD_VERSION, _perf, better
+from .store import RECORD_VERSION, _perf, aoe_fields, better
 
 SUBGRAPH_FILE = "subgraph.json"
 
@@ -67,15 +67,9 @@ def subgraph_record(repo_key: str, knowledge: Mapping[str, Any], perf_us: float 
         raise AoeError(f"repo_key must be a non-empty string, got {repo_key!r}")
     if not isinstance(knowledge, Mapping):
         raise AoeError(f"subgraph knowledge must be an object, got {type(knowledge).__name__}")
-    aoe: dict[str, Any] = dict(extra or {})
-    for name, v in (("perf_us", perf_us), ("default_perf_us", default_perf_us)):
-        if v is not None:
-            if _perf(v) is None:
-                raise AoeError(f"{name} must be a non-negative number of microseconds, got {v!r}")
-            aoe[name] = float(v)
     return {"repo_key": str(repo_key), "version": RECORD_VERSION,
             "knowledge": jsonl.plain_json(dict(knowledge), "subgraph knowledge"),
-            "aoe": jsonl.plain_json(aoe, "aoe extra fields")}
+            "aoe": aoe_fields(perf_us, default_perf_us, extra)}
 
 
 class SubgraphBank:

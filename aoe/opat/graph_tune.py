@@ -23,7 +23,7 @@ from ..ops import HIGH_PERFORMANCE, OpCase, Unsupported, Variant, describe
 from ..sim import default_strategy, strategy_fields
 from ..soc import Soc, load_soc
 from .search import Budget, Measure, simulator_measure
-from .tune import KINDS, KindGain, TuneResult, tune_case
+from .tune import KINDS, KindGain, TuneResult, conversion_us, tune_case
 
 SUCCESS, FAILED, INCOMPLETE = "tuning successful", "tuning failed", "tuning incomplete"
 
@@ -108,12 +108,12 @@ class OpatReport:
 def variant_for(case: OpCase, knowledge: Mapping[str, Any]) -> tuple[Variant, dict[str, int] | None]:
     """The kernel and tiling a bank knowledge describes (None tiling: use the kernel's default)."""
     impl = knowledge.get("impl")
-    for v in case.impls:
-        if v.knowledge.get("impl") == impl and v.sim_op is not case.default.sim_op and impl is not None \
-                and not isinstance(impl, int):
-            kernel = knowledge.get("kernel")
-            strat = kernel.get("strategy") if isinstance(kernel, Mapping) else None
-            return v, dict(strat) if isinstance(strat, Mapping) else None
+    if isinstance(impl, str):  # a named kernel other than the default one (GEMV, 1x1 as matmul, ...)
+        for v in case.impls[1:]:
+            if v.knowledge.get("impl") == impl:
+                kernel = knowledge.get("kernel")
+                strat = kernel.get("strategy") if isinstance(kernel, Mapping) else None
+                return v, dict(strat) if isinstance(strat, Mapping) else None
     variant = case.default
     formats = knowledge.get("formats")
     if formats:
@@ -130,8 +130,6 @@ def variant_for(case: OpCase, knowledge: Mapping[str, Any]) -> tuple[Variant, di
 def price(case: OpCase, soc: Soc, knowledge: Mapping[str, Any] | None, measure: Measure,
           extra_cache: dict[Any, float] | None = None) -> float:
     """Time (µs) of an operator case under a stored strategy (None = CANN's default), conversions included."""
-    from .tune import _extra_us
-
     if knowledge is None:
         variant, strat = case.default, None
     else:
@@ -141,7 +139,7 @@ def price(case: OpCase, soc: Soc, knowledge: Mapping[str, Any] | None, measure: 
     fields = strategy_fields(variant.sim_op)
     row = np.array([[strat[f] for f in fields]], dtype=np.int64)
     t = float(measure(variant.sim_op, row)[0])
-    return t + _extra_us(soc, variant, extra_cache if extra_cache is not None else {})
+    return t + conversion_us(soc, variant, extra_cache if extra_cache is not None else {})
 
 
 # --- the graph walk ----------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..sim import Conv2D, MatMul, SimOp, VectorOp, strategy_fields
+from ..sim import Conv2D, MatMul, SimOp, VectorOp
 from ..sim.heuristics import CONV_FIELDS, MM_FIELDS, VEC_FIELDS
 from ..sim.ops import DTYPE_BYTES
 from ..soc import Soc
@@ -112,12 +112,6 @@ class FactoredSpace:
         """The whole space, in chunks (brute force)."""
         for i in range(0, len(self.outer), chunk_outer):
             yield self.expand(self.outer[i:i + chunk_outer])
-
-    def size(self) -> int:
-        """Exact number of strategies in the space."""
-        if self.count is not None:
-            return int(self.count(self.outer))
-        return sum(len(c) for c in self.chunks(256))
 
     def all_rows(self) -> np.ndarray:
         """The whole space as one array (small spaces only; use `chunks` for big ones)."""
@@ -476,8 +470,3 @@ def _conv_inner(soc: Soc, op: Conv2D, outer: np.ndarray, filt: bool, win: int, c
     out[:, _C["pBufferFlag"]] = np.tile(np.repeat(pb, 2), len(staged))
     out[:, _C["iterateMNOrder"]] = np.tile(np.array([0, 1]), len(staged) * len(pb))
     return out
-
-
-def fields_of(op: SimOp) -> list[str]:
-    """Strategy field names of an operator's kernel model."""
-    return strategy_fields(op)

@@ -142,7 +142,7 @@ def _price_default(soc: Soc, variant: Variant, measure: Measure) -> tuple[float,
     return float(measure(variant.sim_op, row)[0]), strat
 
 
-def _extra_us(soc: Soc, variant: Variant, cache: dict[Any, float]) -> float:
+def conversion_us(soc: Soc, variant: Variant, cache: dict[Any, float]) -> float:
     """Default-strategy time of the conversion kernels a variant needs (TransData)."""
     from ..sim import simulate
 
@@ -222,7 +222,7 @@ def tune_case(case: OpCase, soc: Soc | str, kinds: Sequence[str] = KINDS, budget
         # then search the tiling of the two most promising layouts.
         screened = []
         for variant in case.formats[1:]:
-            extra = _extra_us(soc, variant, conv_cache)
+            extra = conversion_us(soc, variant, conv_cache)
             if extra >= best["t"]:
                 continue  # the conversions alone cost more than the best kernel so far
             row = best["row"]
@@ -243,7 +243,7 @@ def tune_case(case: OpCase, soc: Soc | str, kinds: Sequence[str] = KINDS, budget
         for variant, cls in _impl_candidates(case, default_class, implmode):
             space = class_space(variant.sim_op, cls)
             res = run(variant, space, 0.25)
-            extra = _extra_us(soc, variant, conv_cache)
+            extra = conversion_us(soc, variant, conv_cache)
             if res.found and res.time_us + extra < best["t"]:
                 best.update(t=res.time_us + extra, variant=variant, row=res.row,
                             impl=variant.label if cls is None else _class_name(variant.sim_op, cls))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -149,17 +149,8 @@ def simulate(soc: SocLike, op: SimOp, strategy: Mapping[str, int] | Sequence[int
         gbps=nbytes / (t * 1e-6) / 1e9 if valid else 0.0, strategy=strat)
 
 
-def best_of(soc: SocLike, op: SimOp, strategies: Iterable[Any], threads: int = 1) -> tuple[int, float]:
-    """Index and time of the fastest valid strategy in a batch (-1, inf when none is valid)."""
-    times, _ = simulate_times(soc, op, strategies, threads)
-    if len(times) == 0:
-        return -1, float("inf")
-    i = int(np.argmin(times))
-    return (i, float(times[i])) if np.isfinite(times[i]) else (-1, float("inf"))
-
-
 __all__ = [
     "MatMul", "VectorOp", "Conv2D", "SimOp", "make_op", "simulate", "simulate_batch", "simulate_times",
-    "SimResult", "BatchResult", "default_strategy", "strategy_fields", "best_of", "PIPES", "REASONS",
+    "SimResult", "BatchResult", "default_strategy", "strategy_fields", "PIPES", "REASONS",
     "DTYPES", "FORMATS",
 ]

@@ -12,7 +12,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..errors import AoeError
 
@@ -262,9 +262,4 @@ def _validate(soc: Soc, where: str) -> None:
             raise AoeError(f"{where}: {name} must not be negative")
 
 
-def soc_overrides(soc: Soc, overrides: Mapping[str, Any] | None) -> Soc:
-    """Apply optional what-if overrides to a SoC description."""
-    return soc.replace(**dict(overrides)) if overrides else soc
-
-
-__all__ = ["Soc", "load_soc", "known_socs", "soc_overrides", "DATA_DIR"]
+__all__ = ["Soc", "load_soc", "known_socs", "DATA_DIR"]
