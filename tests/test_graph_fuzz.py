@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from aoe.errors import AoeError
 from aoe.graph import Graph, load
-from aoe.graph import onnx_import
+from aoe.graph.onnx import fold, importer, import_onnx_model, mapping
 from aoe.graph.zoo import zoo_model
 
 SEED = zoo_model("mobilenet_v2")[0].read_bytes()
@@ -14,7 +14,7 @@ SEED = zoo_model("mobilenet_v2")[0].read_bytes()
 @pytest.fixture(autouse=True)
 def strict_importer(monkeypatch):
     # without the safety net an internal bug surfaces as its own exception and fails the test
-    monkeypatch.setattr(onnx_import, "STRICT", True)
+    monkeypatch.setattr(importer, "STRICT", True)
 
 
 mutations = st.lists(st.tuples(st.integers(0, len(SEED) - 1), st.integers(0, 255)), min_size=1, max_size=12)
@@ -54,7 +54,7 @@ def test_single_bit_flips(tmp_path_factory, bit):
         pass
 
 
-_OPS = sorted(set(onnx_import._HANDLERS) | set(onnx_import._EVAL)) + ["Foo", "If", "TopK", "NonZero", "Resize"]
+_OPS = sorted(set(mapping.HANDLERS) | set(fold.EVALUATORS)) + ["Foo", "If", "TopK", "NonZero", "Resize"]
 _INTS = [0, 1, -1, 2, 3, -7, 2**31, -(2**40), 10**12]
 _ATTRS = ["axis", "axes", "perm", "group", "strides", "pads", "to", "keepdims", "split", "kernel_shape"]
 
@@ -94,7 +94,7 @@ def test_structurally_mutated_models(data):
             a.type = onnx.AttributeProto.INTS
             a.ints.extend(data.draw(st.lists(st.sampled_from(_INTS), max_size=5)))
     try:
-        graph = onnx_import.import_onnx_model(model, {"input": (1, 3, 224, 224)}, "float16", {}, "fuzz")
+        graph = import_onnx_model(model, {"input": (1, 3, 224, 224)}, "float16", {}, "fuzz")
     except AoeError:
         return
     graph.summary()

@@ -12,7 +12,6 @@ from onnx.reference import ReferenceEvaluator
 from aoe.cli import main as aoe_main
 from aoe.errors import AoeError
 from aoe.graph import Graph, load
-from aoe.graph import onnx_import
 
 F = TensorProto.FLOAT
 I64 = TensorProto.INT64

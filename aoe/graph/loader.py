@@ -10,8 +10,6 @@ from .ir import Graph
 from .shapes import parse_input_shape
 
 COMPUTE_DTYPES = ("float16", "float32")
-# Protobuf cannot parse messages of 2 GiB or more; refuse before reading such a file into memory.
-MAX_MODEL_BYTES = 2**31 - 1
 MAX_JSON_BYTES = 1 << 30
 
 
@@ -51,16 +49,9 @@ def load(model: str | os.PathLike, input_shape: str | Mapping[str, object] | Non
 
 def _import_onnx(path: Path, shapes: dict[str, tuple[int, ...]], compute_dtype: str,
                  defaults: dict[str, tuple[int, ...]], name: str) -> Graph:
-    from .onnx_import import import_onnx_file
+    from .onnx import import_onnx_file
 
-    try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise AoeError(f"cannot read model file {str(path)!r}: {exc.strerror}") from None
-    if size > MAX_MODEL_BYTES:
-        raise AoeError(f"model file {str(path)!r} is {size} bytes; ONNX files must be under 2 GiB "
-                       "(store the weights as external data)")
-    return import_onnx_file(path, input_shape=shapes, compute_dtype=compute_dtype, defaults=defaults, name=name)
+    return import_onnx_file(path, shapes, compute_dtype, name, defaults=defaults)
 
 
 def _load_json(path: Path, shapes: dict[str, tuple[int, ...]], compute_dtype: str) -> Graph:
