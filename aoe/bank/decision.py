@@ -14,30 +14,12 @@ custom bank). "Better" means strictly faster than the strategy in use, by more t
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
-from enum import Enum
 from typing import Mapping
 
 from ..errors import AoeError
+from ..tuning import Counters, Outcome
 
-
-class Outcome(str, Enum):
-    """The fate of one tuned case."""
-
-    ADD = "add"
-    UPDATE = "update"
-    RESERVED = "reserved"
-    UNSATISFIED = "unsatisfied"
-
-    @property
-    def writes(self) -> bool:
-        """True if the tuned strategy goes into the custom bank."""
-        return self in (Outcome.ADD, Outcome.UPDATE)
-
-    @property
-    def hit(self) -> bool:
-        """True if the case was in a bank before tuning."""
-        return self in (Outcome.UPDATE, Outcome.RESERVED)
+__all__ = ["Counters", "Outcome", "decide", "repeat_tune", "should_tune"]
 
 
 def repeat_tune(env: Mapping[str, str] | None = None) -> bool:
@@ -69,44 +51,3 @@ def decide(in_bank: bool, repeat: bool, in_use_perf_us: float | None,
     if in_bank:
         return Outcome.UPDATE if improved else Outcome.RESERVED
     return Outcome.ADD if improved else Outcome.UNSATISFIED
-
-
-@dataclass
-class Counters:
-    """The six `repo_summary` counters of a result file; they always add up."""
-
-    repo_add_num: int = 0
-    repo_hit_num: int = 0
-    repo_reserved_num: int = 0
-    repo_update_num: int = 0
-    repo_unsatisfied_num: int = 0
-    total_num: int = 0
-
-    def record(self, outcome: Outcome) -> None:
-        """Count one case."""
-        self.total_num += 1
-        if outcome is Outcome.ADD:
-            self.repo_add_num += 1
-        elif outcome is Outcome.UNSATISFIED:
-            self.repo_unsatisfied_num += 1
-        else:
-            self.repo_hit_num += 1
-            if outcome is Outcome.UPDATE:
-                self.repo_update_num += 1
-            else:
-                self.repo_reserved_num += 1
-
-    def __add__(self, other: "Counters") -> "Counters":
-        return Counters(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
-
-    def consistent(self) -> bool:
-        """True if hit = update + reserved and total = add + hit + unsatisfied."""
-        return (self.repo_hit_num == self.repo_update_num + self.repo_reserved_num
-                and self.total_num == self.repo_add_num + self.repo_hit_num + self.repo_unsatisfied_num)
-
-    def to_dict(self) -> dict[str, int]:
-        """The counters under their result-file names, in the order of the seed's example."""
-        return {"repo_add_num": self.repo_add_num, "repo_hit_num": self.repo_hit_num,
-                "repo_reserved_num": self.repo_reserved_num,
-                "repo_unsatisfied_num": self.repo_unsatisfied_num,
-                "repo_update_num": self.repo_update_num, "total_num": self.total_num}

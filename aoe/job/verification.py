@@ -1,4 +1,4 @@
-"""Performance verification (SPEC §5): compile the model twice — default strategies vs. the banks.
+"""Performance verification: compile the model twice — default strategies vs. the banks.
 
 Operator side: every operator's case is priced on the simulated AI Core with CANN's default
 strategy and with the strategy the banks give (custom, then built-in, then default). Subgraph side
@@ -13,41 +13,18 @@ lookup). The only memo is a per-process table of kernel times keyed by the *stra
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import AoeError
+from ..opat.apply import OpTime, apply_bank
+from ..soc import load_soc
+from ..tuning import improvement
 
 CACHE_MODES = ("enable", "disable", "force")
 _MEMO: dict[tuple[Any, ...], float] = {}
-
-
-def _memo_key(soc_name: str, case: Any, knowledge: Any) -> tuple[Any, ...]:
-    kn = None if knowledge is None else json.dumps(knowledge, sort_keys=True, default=str)
-    return (soc_name, case.case_id, kn)
-
-
-@dataclass
-class OpTime:
-    """One operator compiled both ways."""
-
-    op_name: str
-    op_type: str | list[str]
-    default_us: float
-    tuned_us: float
-    source: str            # where the tuned strategy came from: custom / builtin / default
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"op_name": self.op_name, "op_type": self.op_type, "default_us": round(self.default_us, 3),
-                "tuned_us": round(self.tuned_us, 3), "source": self.source,
-                "improvement": _pct(self.default_us, self.tuned_us)}
-
-
-def _pct(before: float, after: float) -> str:
-    return f"{(before / after - 1.0) * 100.0:.2f}%" if after > 0 else "0.00%"
 
 
 @dataclass
@@ -79,8 +56,8 @@ class VerifyReport:
     def improvement(self) -> str:
         """(before / after - 1) x 100 of the whole model."""
         if self.mode == 1 and self.sgat_baseline_ms is not None and self.sgat_tuned_ms is not None:
-            return _pct(self.sgat_baseline_ms, self.sgat_tuned_ms)
-        return _pct(self.default_us, self.tuned_us)
+            return improvement(self.sgat_baseline_ms, self.sgat_tuned_ms)
+        return improvement(self.default_us, self.tuned_us)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"model": self.model, "soc": self.soc, "job_type": self.mode,
@@ -113,7 +90,7 @@ class VerifyReport:
         if shown:
             rows = [[(o.op_name if len(o.op_name) <= 60 else "…" + o.op_name[-59:]),
                      o.op_type if isinstance(o.op_type, str) else "+".join(o.op_type),
-                     f"{o.default_us:.3f}", f"{o.tuned_us:.3f}", _pct(o.default_us, o.tuned_us), o.source]
+                     f"{o.default_us:.3f}", f"{o.tuned_us:.3f}", improvement(o.default_us, o.tuned_us), o.source]
                     for o in shown]
             out.append("" if all_ops else f"operators whose strategy differs from the default "
                                           f"({len(changed)}; top {len(shown)}):")
@@ -136,71 +113,28 @@ def check_cache_mode(value: str) -> str:
 
 def op_times(graph: Any, soc: Any, op_bank_dir: str | os.PathLike[str] | None, *, builtin: bool = True,
              cache_mode: str = "enable") -> tuple[list[OpTime], list[dict[str, str]]]:
-    """Price every operator with the default strategy and with the banks' strategy."""
-    from ..bank import BankChain, BuiltinBank, OpBank
-    from ..ops import Unsupported, describe
-    from ..opat import price, simulator_measure
-    from ..opat.graph_tune import _op_type_label
-
+    """Price every operator with the default strategy and with the banks' strategy (`aoe.opat.apply_bank`)."""
     check_cache_mode(cache_mode)
     if cache_mode == "force":
         _MEMO.clear()
-    use_memo = cache_mode != "disable"
-    measure = simulator_measure(soc)
-    custom = OpBank(op_bank_dir, soc.name, soc.cube_cores) if op_bank_dir is not None else None
-    chain = BankChain(custom, BuiltinBank(soc.name, soc.cube_cores) if builtin else None)
-    extra: dict[Any, float] = {}
-
-    def timed(case: Any, knowledge: Any) -> float:
-        if not use_memo:
-            return price(case, soc, knowledge, measure, extra)
-        k = _memo_key(soc.name, case, knowledge)
-        t = _MEMO.get(k)
-        if t is None:
-            t = _MEMO[k] = price(case, soc, knowledge, measure, extra)
-        return t
-
-    ops: list[OpTime] = []
-    skipped: list[dict[str, str]] = []
-    for op in graph.ops:
-        if getattr(op, "is_view", False) or op.attrs.get("view"):
-            continue
-        try:
-            case = describe(graph, op)
-        except (Unsupported, AoeError) as exc:
-            skipped.append({"op": op.name, "op_type": op.type, "reason": str(exc)})
-            continue
-        default = timed(case, None)
-        entry = chain.lookup(case.op_type, case.key)
-        tuned, source = default, "default"
-        if entry is not None:
-            try:
-                t = timed(case, entry.knowledge)
-            except (AoeError, KeyError, ValueError, TypeError):
-                t = float("nan")
-            if t == t and t != float("inf"):
-                tuned, source = t, entry.source
-        ops.append(OpTime(op.name, _op_type_label(op), default, tuned, source))
-    return ops, skipped
+    return apply_bank(graph, soc, op_bank_dir, builtin=builtin, memo=None if cache_mode == "disable" else _MEMO)
 
 
 def verify_graph(graph: Any, soc: Any, *, mode: int = 2, op_bank_dir: str | os.PathLike[str] | None = None,
                  subgraph_bank_dir: str | os.PathLike[str] | None = None, builtin: bool = True,
                  cache_mode: str = "enable", model: str | None = None) -> VerifyReport:
     """Compile `graph` with default strategies and with the banks; see the module docstring."""
-    from ..soc import load_soc
-
     soc = load_soc(soc)
     check_cache_mode(cache_mode)
     rep = VerifyReport(model=model or graph.name, soc=soc.name, mode=mode, cache_mode=cache_mode,
                        op_bank_dir=str(op_bank_dir) if op_bank_dir is not None else None,
                        subgraph_bank_dir=str(subgraph_bank_dir) if subgraph_bank_dir is not None else None)
     if mode == 1:
-        from ..sgat import apply_bank
+        from .. import sgat  # lazily: Numba
 
         if subgraph_bank_dir is None:
             raise AoeError("subgraph verification needs a subgraph bank directory")
-        rep.sgat_baseline_ms, rep.sgat_tuned_ms = apply_bank(graph, soc, Path(subgraph_bank_dir))
+        rep.sgat_baseline_ms, rep.sgat_tuned_ms = sgat.apply_bank(graph, soc, Path(subgraph_bank_dir))
         return rep
     rep.ops, rep.skipped = op_times(graph, soc, op_bank_dir, builtin=builtin, cache_mode=cache_mode)
     return rep

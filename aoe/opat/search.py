@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, ClassVar, Protocol
 
 import numpy as np
 
@@ -25,17 +25,48 @@ from ..sim import SimOp, simulate_times
 from ..soc import Soc
 from .space import FactoredSpace
 
-Measure = Callable[[SimOp, np.ndarray], np.ndarray]
+class Measure(Protocol):
+    """A cost function `(op, rows) -> times_us` over a batch of strategies (inf = invalid).
+
+    `bound_is_exact` says whether the spaces' lower bounds (the simulator's busiest-core Cube work)
+    bind this measure: only then may a search prune with them; otherwise they only order.
+    """
+
+    bound_is_exact: bool
+
+    def __call__(self, op: SimOp, rows: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class SimulatorMeasure:
+    """The default measure: the native simulator, batched, on `threads` threads."""
+
+    soc: Soc
+    threads: int = 1
+    bound_is_exact: ClassVar[bool] = True
+
+    def __call__(self, op: SimOp, rows: np.ndarray) -> np.ndarray:
+        times, _ = simulate_times(self.soc, op, rows, threads=self.threads)
+        return times
+
+
+@dataclass(frozen=True)
+class _External:
+    fn: Callable[[SimOp, np.ndarray], np.ndarray]
+    bound_is_exact: ClassVar[bool] = False
+
+    def __call__(self, op: SimOp, rows: np.ndarray) -> np.ndarray:
+        return self.fn(op, rows)
 
 
 def simulator_measure(soc: Soc, threads: int = 1) -> Measure:
-    """The default measure: the native simulator, batched, on `threads` threads."""
+    """The native simulator as a measure (its lower bounds are exact, so searches may prune)."""
+    return SimulatorMeasure(soc, threads)
 
-    def measure(op: SimOp, rows: np.ndarray) -> np.ndarray:
-        times, _ = simulate_times(soc, op, rows, threads=threads)
-        return times
 
-    return measure
+def as_measure(fn: Callable[[SimOp, np.ndarray], np.ndarray]) -> Measure:
+    """Any `(op, rows) -> times_us` callable as a measure; without `bound_is_exact` it never prunes."""
+    return fn if hasattr(fn, "bound_is_exact") else _External(fn)  # type: ignore[return-value]
 
 
 @dataclass

@@ -25,7 +25,7 @@ from ..ops import HIGH_PERFORMANCE, IMPL_MODES, OpCase, Variant
 from ..sim import Conv2D, MatMul, SimOp, VectorOp, default_strategy, strategy_fields
 from ..sim.heuristics import MM_FIELDS
 from ..soc import Soc, load_soc
-from .search import Budget, Measure, SearchResult, search, simulator_measure
+from .search import Budget, Measure, SearchResult, as_measure, search, simulator_measure
 from .space import FactoredSpace, space_for
 
 KINDS = ("Schedule", "Format", "Impl")
@@ -166,8 +166,8 @@ def tune_case(case: OpCase, soc: Soc | str, kinds: Sequence[str] = KINDS, budget
     if implmode not in IMPL_MODES:
         raise AoeError(f"op_select_implmode must be one of {', '.join(IMPL_MODES)}, got {implmode!r}")
     budget = budget or Budget()
-    prune = measure is None  # the simulator's lower bound binds only the simulator
-    measure = measure or simulator_measure(soc, threads)
+    measure = as_measure(measure) if measure is not None else simulator_measure(soc, threads)
+    prune = measure.bound_is_exact  # the simulator's lower bound binds only the simulator
     evals = 0
     conv_cache: dict[Any, float] = {}
     base = case.default

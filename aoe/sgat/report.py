@@ -1,17 +1,10 @@
-"""SGAT results: per-subgraph records, the model-level report and its SPEC §4 result section."""
+"""SGAT results: per-subgraph records (with their resume state), the live report and its result section."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
-from ..bank.decision import Counters, Outcome
-
-
-def improvement(before: float, after: float) -> str:
-    """`(before / after - 1) * 100` with two decimals and a percent sign (SPEC §4)."""
-    if after <= 0:
-        return "0.00%"
-    return f"{(before / after - 1.0) * 100.0:.2f}%"
+from ..tuning import INCOMPLETE, PCT_SCHEMA, SUMMARY_SCHEMA, TIME_SCHEMA, Counters, Outcome, improvement
 
 
 def _ms(us: float) -> float:
@@ -50,12 +43,38 @@ class SubgraphRecord:
         """Time after tuning, ms."""
         return self.after_us / 1000.0
 
+    @property
+    def label(self) -> str:
+        """Short text for progress output: the kernel types."""
+        return "+".join(self.op_types)[:60]
+
+    @property
+    def n_ops(self) -> int:
+        """Operators this record covers (every instance)."""
+        return self.count * len(self.op_types)
+
+    @property
+    def key(self) -> str:
+        """Resume identity: the subgraph's repo_key."""
+        return self.repo_key
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (for logs and progress output)."""
+        """JSON-ready form (logs, progress output and the resume state)."""
         return {"repo_key": self.repo_key, "ops": self.ops, "op_types": self.op_types, "count": self.count,
-                "baseline_us": self.baseline_us, "before_us": self.before_us, "after_us": self.after_us,
-                "outcome": self.outcome.value, "method": self.method, "plan": self.plan,
-                "evaluated": self.evaluated}
+                "instances": self.instances, "baseline_us": self.baseline_us, "before_us": self.before_us,
+                "after_us": self.after_us, "outcome": self.outcome.value, "method": self.method,
+                "plan": self.plan, "evaluated": self.evaluated}
+
+    to_state = to_dict
+
+
+def record_from_state(d: Mapping[str, Any]) -> SubgraphRecord:
+    """A `SubgraphRecord` from its resume state (raises KeyError/TypeError/ValueError when damaged)."""
+    return SubgraphRecord(
+        repo_key=str(d["repo_key"]), ops=[str(o) for o in d["ops"]], op_types=[str(t) for t in d["op_types"]],
+        instances=[[str(o) for o in inst] for inst in d["instances"]], baseline_us=float(d["baseline_us"]),
+        before_us=float(d["before_us"]), after_us=float(d["after_us"]), outcome=Outcome(d["outcome"]),
+        method=str(d.get("method", "")), plan=[int(v) for v in d["plan"]], evaluated=int(d.get("evaluated", 0)))
 
 
 @dataclass
@@ -66,12 +85,24 @@ class SgatReport:
     model_baseline_us: float
     model_result_us: float
     records: list[SubgraphRecord] = field(default_factory=list)
-    counters: Counters = field(default_factory=Counters)
+    status: str = INCOMPLETE
     n_subgraphs: int = 0                # every subgraph of the partition (singletons included)
     n_cases: int = 0                    # distinct tunable subgraphs (what the counters count)
     tuning_time_s: float = 0.0
     skipped: list[dict[str, str]] = field(default_factory=list)   # operators that could not be priced
-    complete: bool = False              # False while tuning runs (or when it was interrupted)
+
+    @property
+    def complete(self) -> bool:
+        """False while tuning runs (or when it was interrupted)."""
+        return self.status != INCOMPLETE
+
+    @property
+    def counters(self) -> Counters:
+        """The six counters, one per distinct subgraph reached."""
+        c = Counters()
+        for r in self.records:
+            c.record(r.outcome)
+        return c
 
     @property
     def model_baseline_ms(self) -> float:
@@ -84,7 +115,7 @@ class SgatReport:
         return self.model_result_us / 1000.0
 
     def to_result_section(self) -> dict[str, Any]:
-        """The `SGAT` object of a result file (SPEC §4)."""
+        """The `SGAT` object of a result file."""
         add, update = [], []
         for r in self.records:
             if not r.outcome.writes:
@@ -103,8 +134,8 @@ class SgatReport:
         }
 
 
-_PERF = {"type": "number", "minimum": 0}
-_PCT = {"type": "string", "pattern": r"^-?[0-9]+\.[0-9]{2}%$"}
+_PERF = TIME_SCHEMA
+_PCT = PCT_SCHEMA
 _ENTRY = {
     "type": "object",
     "required": ["performance_before_tune(ms)", "performance_after_tune(ms)", "performance_improvement",
@@ -113,10 +144,9 @@ _ENTRY = {
     "properties": {"performance_before_tune(ms)": _PERF, "performance_after_tune(ms)": _PERF,
                    "performance_improvement": _PCT, "repo_key": {"type": "string", "minLength": 1}},
 }
-_COUNT = {"type": "integer", "minimum": 0}
 SGAT_SECTION_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "title": "SGAT result section (SPEC §4)",
+    "title": "SGAT result section",
     "type": "object",
     "required": ["model_baseline_performance(ms)", "model_result_performance(ms)",
                  "model_performance_improvement", "repo_modified_subgraphs", "repo_summary"],
@@ -131,13 +161,6 @@ SGAT_SECTION_SCHEMA: dict[str, Any] = {
             "properties": {"add_repo_subgraphs": {"type": "array", "items": _ENTRY},
                            "update_repo_subgraphs": {"type": "array", "items": _ENTRY}},
         },
-        "repo_summary": {
-            "type": "object",
-            "required": ["repo_add_num", "repo_hit_num", "repo_reserved_num", "repo_unsatisfied_num",
-                         "repo_update_num", "total_num"],
-            "additionalProperties": False,
-            "properties": {k: _COUNT for k in ("repo_add_num", "repo_hit_num", "repo_reserved_num",
-                                               "repo_unsatisfied_num", "repo_update_num", "total_num")},
-        },
+        "repo_summary": SUMMARY_SCHEMA,
     },
 }

@@ -4,15 +4,17 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping
+from typing import Mapping
 
 import numpy as np
 
-from ..bank.decision import Outcome, decide, should_tune
+from ..bank.decision import decide, should_tune
 from ..bank.subgraph import SubgraphBank
 from ..errors import AoeError
 from ..graph.ir import Graph, Op
+from ..ops import Unsupported, describe
 from ..soc import Soc, load_soc
+from ..tuning import SUCCESS, Events, restore
 from .evaluator import evaluate, unfused_plan
 from .keys import describe_structure, plan_from_knowledge, plan_knowledge, repo_key
 from .model import CostCache, RegionData, region_data
@@ -57,8 +59,6 @@ def prepare(graph: Graph, soc: Soc) -> Prepared:
     Operators the simulator cannot price (views excepted) are listed in `skipped` with the reason
     (a dynamic dimension, an unknown operator type) and carried along at zero cost.
     """
-    from ..ops import Unsupported, describe
-
     costs = CostCache(soc)
     skipped: list[dict[str, str]] = []
 
@@ -103,87 +103,95 @@ def _time(rd: RegionData, plan: np.ndarray) -> float:
     return float(evaluate(rd, plan[None])[0])
 
 
+@dataclass(frozen=True)
+class SgatConfig:
+    """How subgraph tuning runs (a value)."""
+
+    repeat_tune: bool = False       # tune subgraphs found in the bank again
+    method: str = "auto"            # search: auto / dp / exhaustive / beam
+
+
 def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | None = None,
-               repeat_tune: bool = False, on_subgraph: Callable[[SubgraphRecord], None] | None = None,
-               method: str = "auto", on_progress: Callable[[SgatReport], None] | None = None,
-               tune_ops: Mapping[str, Iterable[str]] | None = None) -> SgatReport:
-    """Subgraph-tune `graph` on `soc`; with `bank_dir`, read and write its subgraph bank (SPEC §3).
+               config: SgatConfig | None = None, *, only: set[str] | None = None, events: Events | None = None,
+               done: Mapping[str, SubgraphRecord] | None = None) -> SgatReport:
+    """Subgraph-tune `graph` on `soc`; with `bank_dir`, read and write its subgraph bank.
 
     Without `bank_dir` nothing is read or written (every case counts as not in a bank). Identical
-    subgraphs (same repo_key) are tuned once. `on_subgraph(record)` is called once per distinct
-    subgraph, in graph order, right after its bank decision; `on_progress(report)` then gets the
-    report so far (subgraphs not reached yet count at their unfused time), for real-time result files.
-    `tune_ops` ({"tune_ops_name": [...], "tune_ops_type": [...]}, the aoe_config_file form) limits
-    tuning to subgraphs holding a listed operator name or type (a union); the others stay unfused
-    and are not counted.
+    subgraphs (same repo_key) are tuned once. `only` (operator names, e.g. a tune_ops selection)
+    limits tuning to subgraphs holding one of them; the others keep their baseline and are not
+    counted. `events` and `done` follow the tuner contract of `aoe.tuning`: the report is live
+    (subgraphs not reached yet count at their baseline), `done` maps repo_keys of an interrupted run
+    to their restored records, kept without tuning again.
     """
     soc = load_soc(soc)
     check_soc(soc)
+    cfg = config or SgatConfig()
+    events = events or Events()
+    done = restore(done)
     start = time.perf_counter()
     prep = prepare(graph, soc)
     bank = SubgraphBank(bank_dir) if bank_dir is not None else None
+    cases = prep.cases if only is None else [c for c in prep.cases if _selected(c, only)]
     report = SgatReport(soc=soc.name, model_baseline_us=prep.baseline_us, model_result_us=prep.baseline_us,
-                        n_subgraphs=len(prep.subgraphs), n_cases=len(prep.cases), skipped=prep.skipped)
-    counters = report.counters
-    records = report.records
-    cases = prep.cases if tune_ops is None else [c for c in prep.cases if _selected(c, tune_ops)]
-    report.n_cases = len(cases)
+                        n_subgraphs=len(prep.subgraphs), n_cases=len(cases), skipped=prep.skipped)
+    events.start(len(cases), report)
     for case in cases:
+        if events.should_stop():
+            break
         rd = case.rd
-        base = unfused_plan(rd)
-        base_t = _time(rd, base)
-        entry = bank.lookup(case.key) if bank is not None else None
-        in_bank = entry is not None
-        in_use_plan, in_use_t = base, base_t
-        if entry is not None:
-            banked = plan_from_knowledge(rd, entry.knowledge)
-            if banked is not None and np.isfinite(t := _time(rd, banked)):
-                in_use_plan, in_use_t = banked, t
-        tuned = None
-        method_used = ""
-        evaluated = 0
-        if should_tune(in_bank, repeat_tune):
-            found = search(rd, method)
-            method_used, evaluated = found.method, found.evaluated
-            if np.isfinite(found.time_us):
-                tuned = found
-        outcome = decide(in_bank, repeat_tune, in_use_t, tuned.time_us if tuned else None)
-        if outcome.writes:
-            assert tuned is not None
-            after_plan, after_t = tuned.plan, tuned.time_us
-            if bank is not None:
-                knowledge = plan_knowledge(rd, tuned.plan, [op.type for op in case.subs[0].kernels])
-                bank.put(case.key, knowledge, tuned.time_us, base_t,
-                         {"method": tuned.method, "instances": len(case.subs)})
-        else:
-            after_plan, after_t = in_use_plan, in_use_t
-        counters.record(outcome)
-        rec = SubgraphRecord(
-            repo_key=case.key, ops=case.subs[0].op_names, op_types=[op.type for op in case.subs[0].kernels],
-            instances=[s.op_names for s in case.subs], baseline_us=base_t, before_us=in_use_t,
-            after_us=after_t, outcome=outcome, method=method_used, plan=[int(v) for v in after_plan],
-            evaluated=evaluated)
-        records.append(rec)
-        report.model_result_us += (after_t - rd.baseline_us()) * len(case.subs)
+        rec = done.get(case.key)
+        if rec is None:
+            rec = _tune_case(case, bank, cfg)
+        report.records.append(rec)
+        report.model_result_us += (rec.after_us - rd.baseline_us()) * len(case.subs)
         report.tuning_time_s = time.perf_counter() - start
-        if on_subgraph is not None:
-            on_subgraph(rec)
-        if on_progress is not None:
-            on_progress(report)
-    report.complete = True
+        events.case_done([rec], rec.outcome.hit)
+    else:
+        report.status = SUCCESS
     report.tuning_time_s = time.perf_counter() - start
     return report
 
 
-def _selected(case: Case, tune_ops: Mapping[str, Iterable[str]]) -> bool:
-    """True if a subgraph holds an operator named or typed in `tune_ops`."""
-    names = set(tune_ops.get("tune_ops_name") or ())
-    types = set(tune_ops.get("tune_ops_type") or ())
-    unknown = set(tune_ops) - {"tune_ops_name", "tune_ops_type"}
-    if unknown:
-        raise AoeError(f"unknown key(s) {', '.join(sorted(unknown))} in the operator selection; "
-                       "use tune_ops_name and tune_ops_type")
-    return any(op.name in names or op.type in types for sub in case.subs for op in sub.kernels)
+def _tune_case(case: Case, bank: SubgraphBank | None, cfg: SgatConfig) -> SubgraphRecord:
+    """Look one distinct subgraph up, tune it if the rule says so, write the bank, return its record."""
+    rd = case.rd
+    base = unfused_plan(rd)
+    base_t = _time(rd, base)
+    entry = bank.lookup(case.key) if bank is not None else None
+    in_bank = entry is not None
+    in_use_plan, in_use_t = base, base_t
+    if entry is not None:
+        banked = plan_from_knowledge(rd, entry.knowledge)
+        if banked is not None and np.isfinite(t := _time(rd, banked)):
+            in_use_plan, in_use_t = banked, t
+    tuned = None
+    method_used = ""
+    evaluated = 0
+    if should_tune(in_bank, cfg.repeat_tune):
+        found = search(rd, cfg.method)
+        method_used, evaluated = found.method, found.evaluated
+        if np.isfinite(found.time_us):
+            tuned = found
+    outcome = decide(in_bank, cfg.repeat_tune, in_use_t, tuned.time_us if tuned else None)
+    if outcome.writes:
+        assert tuned is not None
+        after_plan, after_t = tuned.plan, tuned.time_us
+        if bank is not None:
+            knowledge = plan_knowledge(rd, tuned.plan, [op.type for op in case.subs[0].kernels])
+            bank.put(case.key, knowledge, tuned.time_us, base_t,
+                     {"method": tuned.method, "instances": len(case.subs)})
+    else:
+        after_plan, after_t = in_use_plan, in_use_t
+    return SubgraphRecord(
+        repo_key=case.key, ops=case.subs[0].op_names, op_types=[op.type for op in case.subs[0].kernels],
+        instances=[s.op_names for s in case.subs], baseline_us=base_t, before_us=in_use_t,
+        after_us=after_t, outcome=outcome, method=method_used, plan=[int(v) for v in after_plan],
+        evaluated=evaluated)
+
+
+def _selected(case: Case, only: set[str]) -> bool:
+    """True if a subgraph holds one of the operators in `only`."""
+    return any(op.name in only for sub in case.subs for op in sub.kernels)
 
 
 def apply_bank(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str]) -> tuple[float, float]:
@@ -210,4 +218,4 @@ def apply_bank(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str]) -
     return prep.baseline_us / 1000.0, total / 1000.0
 
 
-__all__ = ["tune_graph", "apply_bank", "check_soc", "prepare", "Prepared", "Case", "Outcome"]
+__all__ = ["tune_graph", "SgatConfig", "apply_bank", "check_soc", "prepare", "Prepared", "Case"]

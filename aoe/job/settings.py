@@ -1,0 +1,151 @@
+"""What a job tunes (`JobSpec`) and how it runs (`JobSettings`), validated from the environment.
+
+    spec = JobSpec(mode=2, model="zoo:mobilenet_v2", soc="Ascend910B2")
+    settings = settings_from_env(os.environ, soc=spec.soc, mode=spec.mode)
+
+Every bad value raises `AoeError` naming the variable and what to set it to.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from ..bank import repeat_tune as env_repeat_tune
+from ..bank import resolve_op_bank_dir, resolve_subgraph_bank_dir
+from ..bank.paths import check_name
+from ..errors import AoeError
+from ..soc import load_soc
+from . import config as cfg
+from .lock import lock_dir as default_lock_dir
+
+DEFAULT_SOC = "Ascend910B2"
+
+
+def _warn(text: str) -> None:
+    print(f"aoe: warning: {text}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class JobSpec:
+    """What one tuning task tunes."""
+
+    mode: int                                   # 1 = subgraph (SGAT), 2 = operator (OPAT)
+    model: str | None = None                    # .onnx / .json path or zoo:NAME
+    graph: Any = None                           # an aoe.graph.Graph instead of `model`
+    singleop: str | None = None                 # a single-operator JSON file (OPAT only)
+    input_shape: Any = None
+    training: bool = False
+    soc: str = DEFAULT_SOC
+    tune_ops: cfg.TuneOps | None = None
+    name: str | None = None                     # tuning_name (default: the graph's name)
+    compute_dtype: str = "float16"
+    output: Path | None = None                  # write the tuned model description here
+
+    def describe(self) -> str:
+        if self.singleop:
+            return f"single operators from {self.singleop}"
+        if self.model:
+            return str(self.model)
+        return getattr(self.graph, "name", "graph")
+
+
+@dataclass
+class JobSettings:
+    """How a job runs (the environment and aoe.ini, validated)."""
+
+    work_path: Path
+    device: int = 0
+    n_devices: int = cfg.DEFAULT_DEVICE_COUNT
+    te_parallel_asked: int | None = None        # TE_PARALLEL_COMPILER as set
+    te_parallel: int = 1                        # simulator threads used
+    tuning_parallel_asked: int = cfg.TUNING_PARALLEL_DEFAULT
+    workers: int = 1                            # worker processes used
+    repeat_tune: bool = False
+    op_bank_dir: Path | None = None
+    subgraph_bank_dir: Path | None = None
+    budget: int | None = None                   # evaluations per case (None: the tuner's default)
+    lock: bool = True
+    lock_dir: Path | None = None
+    progress: bool = True
+    progress_force: bool = False                # show the bar even when stderr is not a terminal
+    reload: bool = False
+    config_path: Path | None = None
+    tune_ops_file: str | None = None            # from aoe.ini's aoe_config_file
+    notes: list[str] = field(default_factory=list)
+
+    def describe(self) -> list[str]:
+        lines = [f"device {self.device} of {self.n_devices}; work path {self.work_path}",
+                 f"TE_PARALLEL_COMPILER {self.te_parallel_asked or cfg.TE_PARALLEL_DEFAULT} -> "
+                 f"{self.te_parallel} simulator thread(s); TUNING_PARALLEL_NUM {self.tuning_parallel_asked} -> "
+                 f"{self.workers} worker process(es); REPEAT_TUNE={self.repeat_tune}"]
+        if self.op_bank_dir is not None:
+            lines.append(f"operator bank: {self.op_bank_dir}")
+        if self.subgraph_bank_dir is not None:
+            lines.append(f"subgraph bank: {self.subgraph_bank_dir}")
+        return lines
+
+
+def settings_from_env(env: Mapping[str, str] | None = None, *, soc: str = DEFAULT_SOC, mode: int = 2,
+                      device: int | str | None = None, work_path: str | os.PathLike[str] | None = None,
+                      config: str | os.PathLike[str] | None = None, bank: str | os.PathLike[str] | None = None,
+                      repeat_tune: bool | None = None, tuning_parallel: int | None = None,
+                      te_parallel: int | None = None, budget: int | None = None, progress: bool = True,
+                      reload: bool = False, lock: bool = True, lock_dir: str | os.PathLike[str] | None = None,
+                      cwd: str | os.PathLike[str] | None = None,
+                      warn: Callable[[str], None] | None = _warn) -> JobSettings:
+    """Validate the environment, the aoe.ini file and explicit overrides into `JobSettings`.
+
+    `bank` plays the role of TUNE_BANK_PATH (it wins over the variable). Every bad value raises
+    AoeError naming it.
+    """
+    env = dict(os.environ if env is None else env)
+    soc = load_soc(soc).name
+    check_name(soc, "SoC version")
+    n = cfg.device_count(env)
+    if device is not None:
+        dev = cfg.device_id(device, n, "--device" if not isinstance(device, int) else "device")
+    else:
+        dev = cfg.device_id(env.get("ASCEND_DEVICE_ID") or "0", n)
+    ini = cfg.read_config(cfg.find_config(config, env, cwd))
+
+    te_asked = te_parallel if te_parallel is not None else cfg.te_parallel(env)
+    if te_asked is not None and not (isinstance(te_asked, int) and 1 <= te_asked <= 32):
+        raise AoeError(f"TE_PARALLEL_COMPILER={te_asked!r} is out of range; set it to an integer from 1 to 32")
+    cap = cfg.te_parallel_cap(n)
+    te = min(te_asked or cfg.TE_PARALLEL_DEFAULT, cap)
+    notes = []
+    if te_asked is not None and te_asked > cap:
+        notes.append(f"TE_PARALLEL_COMPILER={te_asked} exceeds CPU cores x 80% / number of devices = "
+                     f"{cfg.cpu_count()} x 0.8 / {n} on this machine; using {cap}")
+
+    tp = tuning_parallel if tuning_parallel is not None else ini.tuning_parallel_num
+    if tp is None:
+        tp = cfg.TUNING_PARALLEL_DEFAULT
+    if not (isinstance(tp, int) and not isinstance(tp, bool) and 1 <= tp <= 64):
+        raise AoeError(f"TUNING_PARALLEL_NUM={tp!r} is out of range; set it to an integer from 1 to 64")
+    workers = min(tp, cfg.cpu_count())
+
+    repeat = env_repeat_tune(env) if repeat_tune is None else bool(repeat_tune)
+    wp, _ = cfg.resolve_work_path(work_path, env, ini, cwd)
+    bank_env = dict(env)
+    if bank is not None:
+        bank_env["TUNE_BANK_PATH"] = os.fspath(bank)
+    op_dir = resolve_op_bank_dir(soc, env=bank_env, cwd=cwd) if mode == 2 else None
+    sg_dir = resolve_subgraph_bank_dir(soc, env=bank_env, cwd=cwd) if mode == 1 else None
+    if budget is None:
+        budget = cfg.search_budget(env)
+    elif not (isinstance(budget, int) and budget >= 1):
+        raise AoeError(f"the search budget must be a positive integer, got {budget!r}")
+    s = JobSettings(work_path=wp, device=dev, n_devices=n, te_parallel_asked=te_asked, te_parallel=te,
+                    tuning_parallel_asked=tp, workers=workers, repeat_tune=repeat, op_bank_dir=op_dir,
+                    subgraph_bank_dir=sg_dir, budget=budget, lock=lock,
+                    lock_dir=Path(lock_dir) if lock_dir is not None else default_lock_dir(env),
+                    progress=progress, reload=reload, config_path=ini.path, tune_ops_file=ini.aoe_config_file,
+                    notes=notes)
+    if warn is not None:
+        for note in notes:
+            warn(note)
+    return s

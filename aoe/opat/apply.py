@@ -1,0 +1,149 @@
+"""Pricing a graph under the operator banks: what the compiler would run, operator by operator.
+
+The twin of `aoe.sgat.apply_bank`. For every operator its case is priced with CANN's default strategy
+and with the strategy the banks give (custom, then built-in); `aoe verify` and `--output` read these
+figures, and the tuner uses `price` for the "before" of a case.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, MutableMapping
+
+import numpy as np
+
+from ..bank import BankChain, BuiltinBank, OpBank
+from ..errors import AoeError
+from ..graph import Graph
+from ..ops import OpCase, Unsupported, Variant, describe
+from ..sim import default_strategy, strategy_fields
+from ..soc import Soc, load_soc
+from ..tuning import improvement
+from .search import Measure, simulator_measure
+from .tune import conversion_us
+
+
+def op_type_label(op: Any) -> str | list[str]:
+    """The `op_type` a result file shows: the type, or the list of types of a fused operator."""
+    fused = op.attrs.get("fused_ops") if isinstance(op.attrs, Mapping) else None
+    if isinstance(fused, list) and len(fused) > 1 and all(isinstance(t, str) for t in fused):
+        return list(fused)
+    return op.type
+
+
+def select_ops(graph: Graph, names: Iterable[str] = (), types: Iterable[str] = ()) -> set[str] | None:
+    """Operators chosen by a tune_ops file (names and types are a union; a fused op with a listed type counts)."""
+    names, types = set(names), set(types)
+    if not names and not types:
+        return None
+    chosen = set()
+    for op in graph.ops:
+        label = op_type_label(op)
+        op_types = set(label) if isinstance(label, list) else {label}
+        if op.name in names or op_types & types:
+            chosen.add(op.name)
+    return chosen
+
+
+def variant_for(case: OpCase, knowledge: Mapping[str, Any]) -> tuple[Variant, dict[str, int] | None]:
+    """The kernel and tiling a bank knowledge describes (None tiling: use the kernel's default)."""
+    impl = knowledge.get("impl")
+    if isinstance(impl, str):  # a named kernel other than the default one (GEMV, 1x1 as matmul, ...)
+        for v in case.impls[1:]:
+            if v.knowledge.get("impl") == impl:
+                kernel = knowledge.get("kernel")
+                strat = kernel.get("strategy") if isinstance(kernel, Mapping) else None
+                return v, dict(strat) if isinstance(strat, Mapping) else None
+    variant = case.default
+    formats = knowledge.get("formats")
+    if formats:
+        for v in case.formats:
+            if v.knowledge.get("formats") == list(formats):
+                variant = v
+                break
+    fields = strategy_fields(variant.sim_op)
+    if all(f in knowledge for f in fields):
+        return variant, {f: int(knowledge[f]) for f in fields}
+    return variant, None
+
+
+def price(case: OpCase, soc: Soc, knowledge: Mapping[str, Any] | None, measure: Measure,
+          extra_cache: dict[Any, float] | None = None) -> float:
+    """Time (µs) of an operator case under a stored strategy (None = CANN's default), conversions included."""
+    if knowledge is None:
+        variant, strat = case.default, None
+    else:
+        variant, strat = variant_for(case, knowledge)
+    if strat is None:
+        strat = default_strategy(soc, variant.sim_op)
+    fields = strategy_fields(variant.sim_op)
+    row = np.array([[strat[f] for f in fields]], dtype=np.int64)
+    t = float(measure(variant.sim_op, row)[0])
+    return t + conversion_us(soc, variant, extra_cache if extra_cache is not None else {})
+
+
+@dataclass
+class OpTime:
+    """One operator priced both ways."""
+
+    op_name: str
+    op_type: str | list[str]
+    default_us: float
+    tuned_us: float
+    source: str            # where the strategy in use came from: custom / builtin / default
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (µs rounded to 3 decimals)."""
+        return {"op_name": self.op_name, "op_type": self.op_type, "default_us": round(self.default_us, 3),
+                "tuned_us": round(self.tuned_us, 3), "source": self.source,
+                "improvement": improvement(self.default_us, self.tuned_us)}
+
+
+def apply_bank(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | None, *, builtin: bool = True,
+               memo: MutableMapping[Any, float] | None = None) -> tuple[list[OpTime], list[dict[str, str]]]:
+    """Every operator of `graph` priced with CANN's default and with the banks' strategy; the banks are only read.
+
+    Returns the priced operators and the skipped ones (`{"op", "op_type", "reason"}`). `memo` (optional)
+    caches kernel times keyed by the strategy itself (SoC, case and the knowledge's content), so a
+    changed bank entry is a different key and can never be hidden.
+    """
+    import json
+
+    soc = load_soc(soc)
+    measure = simulator_measure(soc)
+    custom = OpBank(bank_dir, soc.name, soc.cube_cores) if bank_dir is not None else None
+    chain = BankChain(custom, BuiltinBank(soc.name, soc.cube_cores) if builtin else None)
+    extra: dict[Any, float] = {}
+
+    def timed(case: OpCase, knowledge: Mapping[str, Any] | None) -> float:
+        if memo is None:
+            return price(case, soc, knowledge, measure, extra)
+        kn = None if knowledge is None else json.dumps(knowledge, sort_keys=True, default=str)
+        k = (soc.name, case.case_id, kn)
+        t = memo.get(k)
+        if t is None:
+            t = memo[k] = price(case, soc, knowledge, measure, extra)
+        return t
+
+    ops: list[OpTime] = []
+    skipped: list[dict[str, str]] = []
+    for op in graph.ops:
+        if getattr(op, "is_view", False) or op.attrs.get("view"):
+            continue
+        try:
+            case = describe(graph, op)
+        except (Unsupported, AoeError) as exc:
+            skipped.append({"op": op.name, "op_type": op.type, "reason": str(exc)})
+            continue
+        default = timed(case, None)
+        entry = chain.lookup(case.op_type, case.key)
+        tuned, source = default, "default"
+        if entry is not None:
+            try:
+                t = timed(case, entry.knowledge)
+            except (AoeError, KeyError, ValueError, TypeError):
+                t = float("nan")
+            if np.isfinite(t):
+                tuned, source = t, entry.source
+        ops.append(OpTime(op.name, op_type_label(op), default, tuned, source))
+    return ops, skipped
