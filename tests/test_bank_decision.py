@@ -3,7 +3,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aoe.bank import BankChain, Counters, OpBank, Outcome, decide, repeat_tune, should_tune
+from aoe.bank import BankChain, OpBank, decide, repeat_tune, should_tune
+from aoe.tuning import Counters, Outcome
 from aoe.errors import AoeError
 
 PERF = st.one_of(st.none(), st.floats(min_value=0.001, max_value=1e6))

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aoe.bank import (BankChain, BankKeyError, BankWarning, BuiltinBank, OpBank, SubgraphBank,
-                      make_pending, query, schema_for)
-from aoe.bank.codes import DTYPES, FORMATS, dtype_code, dtype_name, format_code, format_name
+from aoe.bank import BankChain, BankWarning, BuiltinBank, OpBank, SubgraphBank, make_pending, query
+from aoe.bank.schema import BankKeyError, schema_for
+from aoe.codes import DTYPES, FORMATS, dtype_code, dtype_name, format_code, format_name
 from aoe.bank.query import clear_cache
 from aoe.bank.schema import (CONV_KEY, CONV_KNOWLEDGE, MATMUL_KEY, MATMUL_KNOWLEDGE, VECTOR_KNOWLEDGE)
 from aoe.errors import AoeError

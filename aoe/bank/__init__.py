@@ -1,30 +1,52 @@
 """Knowledge banks: where tuned strategies live and how compilers and tuners find them.
 
-- `resolve_op_bank_dir` / `resolve_subgraph_bank_dir`: locations per SPEC §2.
-- `OpBank` (custom, CANN's file format), `BuiltinBank` (shipped, read-only), `BankChain` (custom →
-  built-in), `SubgraphBank` (`subgraph.json` keyed by repo_key).
-- `decide` / `Counters`: the add/update/reserved/unsatisfied rule and the six result counters.
-- `query`: one operator case → knowledge dict or None, for compilers.
-- `schema_for` / `codes`: key and knowledge fields per operator family; ge dtype/format codes.
+| file | what lives there |
+|---|---|
+| `paths.py` | where banks live (`TUNE_BANK_PATH` > `ASCEND_CACHE_PATH` > home), name checks, rwx checks |
+| `jsonl.py` | the JSON Lines files: locked read-merge-write, damaged lines kept, atomic replace |
+| `schema.py` | key and knowledge fields per operator family; CANN's packed key and its crc32 id |
+| `store.py` | `OpBank` (custom, CANN's file format), `BuiltinBank` (shipped, read-only), `BankChain` |
+| `subgraph.py` | `SubgraphBank`: `subgraph.json`, records keyed by `repo_key` |
+| `decision.py` | `decide`: the add / update / reserved / unsatisfied rule both tuners follow |
+| `query.py` | `query`: one operator case -> knowledge or None, for compilers |
+| `cli.py` | `aoe bank ls / show / export / import / verify` |
+
+Every bank has the same shape (`Bank`): `lookup` a case, `save` validated items (the one write verb:
+merged under the file lock, a better strategy replaces a worse one, nothing is lost), `entries`.
 """
 from __future__ import annotations
 
-from .codes import DTYPES, FORMATS, dtype_code, dtype_name, format_code, format_name
-from .decision import Counters, Outcome, decide, repeat_tune, should_tune
+from typing import Any, Iterable, Iterator, Protocol
+
+from .decision import decide, repeat_tune, should_tune
 from .jsonl import BankWarning
-from .paths import (CORE_NUMS, BankNameError, check_name, core_num_for, resolve_op_bank_dir,
-                    resolve_subgraph_bank_dir)
+from .paths import resolve_op_bank_dir, resolve_subgraph_bank_dir
 from .query import query
-from .schema import BankKeyError, OpSchema, schema_for
-from .store import (BankChain, BuiltinBank, Entry, OpBank, Pending, better, default_hash,
-                    make_pending)
+from .store import BankChain, BuiltinBank, Entry, OpBank, make_pending
 from .subgraph import SubgraphBank, SubgraphEntry
 
-__all__ = [
-    "DTYPES", "FORMATS", "dtype_code", "dtype_name", "format_code", "format_name",
-    "Counters", "Outcome", "decide", "repeat_tune", "should_tune", "BankWarning",
-    "CORE_NUMS", "BankNameError", "check_name", "core_num_for", "resolve_op_bank_dir",
-    "resolve_subgraph_bank_dir", "query", "BankKeyError", "OpSchema", "schema_for",
-    "BankChain", "BuiltinBank", "Entry", "OpBank", "Pending", "better", "default_hash",
-    "make_pending", "SubgraphBank", "SubgraphEntry",
-]
+
+class Bank(Protocol):
+    """What `OpBank`, `BuiltinBank`, `BankChain` and `SubgraphBank` share.
+
+    An operator bank is keyed by `(op_type, key)`, the subgraph bank by `repo_key`; a chain only
+    reads (its custom bank is the one that saves).
+    """
+
+    def lookup(self, *key: Any) -> Any | None:
+        """The stored entry of one case, or None."""
+
+
+class WritableBank(Bank, Protocol):
+    """A bank that can be written: the one write verb is `save`."""
+
+    def save(self, items: Iterable[Any]) -> list[str]:
+        """Merge validated items under the lock; one outcome ("added"/"replaced"/"kept") per item."""
+
+    def entries(self) -> Iterator[Any]:
+        """Every usable entry."""
+
+
+__all__ = ["Bank", "WritableBank", "OpBank", "BuiltinBank", "BankChain", "SubgraphBank", "Entry", "SubgraphEntry",
+           "make_pending", "decide", "should_tune", "repeat_tune", "query", "resolve_op_bank_dir",
+           "resolve_subgraph_bank_dir", "BankWarning"]

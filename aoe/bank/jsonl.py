@@ -21,13 +21,13 @@ import gc
 import math
 import os
 import stat
-import tempfile
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from ..durable import atomic_replace
 from ..errors import AoeError
 from .paths import share_like_dir
 
@@ -251,38 +251,22 @@ def atomic_write(path: Path, data: bytes) -> Signature:
         old_st: os.stat_result | None = os.lstat(path)
     except FileNotFoundError:
         old_st = None
+
+    def perms(fd: int) -> None:
+        if old_st is not None and stat.S_ISREG(old_st.st_mode):
+            os.fchmod(fd, stat.S_IMODE(old_st.st_mode))
+            try:  # keep the file's owner (root may) and group (members may)
+                os.fchown(fd, old_st.st_uid if os.geteuid() == 0 else -1, old_st.st_gid)
+            except OSError:
+                pass
+        else:
+            share_like_dir(fd, dir_st)
+
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=d)
-    except OSError as exc:
+        st = atomic_replace(path, data, perms)
+    except PermissionError as exc:
         raise AoeError(f"cannot write in bank directory {d}: {exc.strerror}; it needs write and "
                        f"execute permission (set TUNE_BANK_PATH to a writable directory)") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            # permissions first, so that they are as durable as the data when the rename lands
-            if old_st is not None and stat.S_ISREG(old_st.st_mode):
-                os.fchmod(f.fileno(), stat.S_IMODE(old_st.st_mode))
-                try:  # keep the file's owner (root may) and group (members may)
-                    os.fchown(f.fileno(), old_st.st_uid if os.geteuid() == 0 else -1, old_st.st_gid)
-                except OSError:
-                    pass
-            else:
-                share_like_dir(f.fileno(), dir_st)
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-            st = os.fstat(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)  # make the rename itself durable
-    finally:
-        os.close(dfd)
     return signature(st)
 
 

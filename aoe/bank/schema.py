@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from ..errors import AoeError
-from .codes import dtype_code, format_code
+from ..codes import dtype_code, format_code
 
 
 class BankKeyError(AoeError):

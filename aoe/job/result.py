@@ -1,4 +1,4 @@
-"""Result files (SPEC §4): `aoe_result_{opat|sgat}_<YYYYMMDDhhmmss><mmm>_pid<pid>.json`.
+"""Result files: `aoe_result_{opat|sgat}_<YYYYMMDDhhmmss><mmm>_pid<pid>.json`.
 
 The file is an object `{"report_<timestamp>_<tid>": [{"basic": {...}}, {"OPAT": {...}}], ...}`, one
 key per tuning task. It is rewritten after every tuned operator (or subgraph) by writing a temp file
@@ -8,19 +8,19 @@ JSON: the previous version or the new one.
 What `--reload` needs is kept beside it in a hidden *state* file
 `.aoe_result_<kind>_<ts>_pid<pid>.json.state` (same atomic writes): the job's identity (model
 fingerprint, SoC, mode), the finished operators' records and counters, and the elapsed time. The
-result file itself holds only what SPEC §4 lists. The state file is removed when the job finishes.
+result file itself holds only the product's fields. The state file is removed when the job finishes.
 """
 from __future__ import annotations
 
 import datetime as _dt
 import json
 import os
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from ..durable import atomic_replace
 from ..errors import AoeError
 
 RESULT_GLOB = "aoe_result_{kind}_*_pid*.json"
@@ -35,50 +35,9 @@ def timestamp(now: float | None = None) -> str:
 
 
 def atomic_write_json(path: Path, data: Any, indent: int | None = 4) -> None:
-    """Write JSON to `path` atomically (temp file + fsync + rename + directory fsync)."""
-    path = Path(path)
+    """Write JSON to `path` atomically and durably (`aoe.durable.atomic_replace`)."""
     text = json.dumps(data, indent=indent, ensure_ascii=False, allow_nan=False) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:
-        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
-
-
-_UMASK: int | None = None
-
-
-def _umask() -> int:
-    global _UMASK
-    if _UMASK is None:
-        try:  # Linux: read it without changing it
-            with open("/proc/self/status", encoding="ascii") as fh:
-                for line in fh:
-                    if line.startswith("Umask:"):
-                        _UMASK = int(line.split()[1], 8)
-                        break
-        except (OSError, ValueError):
-            pass
-        if _UMASK is None:
-            _UMASK = 0o022
-    return _UMASK
+    atomic_replace(path, text.encode("utf-8"))
 
 
 class ResultFile:
@@ -114,8 +73,17 @@ class ResultFile:
         except (OSError, ValueError) as exc:
             raise AoeError(f"cannot read result file {path}: {exc}") from None
         if not isinstance(data, dict):
-            raise AoeError(f"result file {path} is not a JSON object")
-        rf.reports = {k: v for k, v in data.items() if isinstance(v, list)}
+            raise AoeError(f"cannot resume into {path}: it is not a JSON object; run without --reload to start "
+                           "a new job")
+        if data:
+            from .schema import validate  # the schema module loads both tuners' section schemas
+
+            try:  # the file is untrusted input: resume only into a well-formed one
+                validate(data, kind)
+            except ValueError as exc:
+                raise AoeError(f"cannot resume into {path}: {str(exc).splitlines()[0]} ({str(exc).splitlines()[-1].strip()}); "
+                               "run without --reload to start a new job, or repair the file") from None
+        rf.reports = dict(data)
         return rf
 
     def new_task(self) -> str:

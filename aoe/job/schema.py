@@ -1,4 +1,4 @@
-"""JSON Schema of a result file (SPEC §4), and the checks a schema cannot express.
+"""JSON Schema of a result file, and the checks a schema cannot express.
 
 `RESULT_SCHEMA` validates the structure (names, keys, nesting, units, improvement strings);
 `semantic_errors(data)` checks that the counters add up, that each `performance_improvement` is
@@ -8,53 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import jsonschema
+
+from ..opat.report import OPAT_SECTION_SCHEMA
 from ..sgat.report import SGAT_SECTION_SCHEMA
+from ..tuning import improvement
 
 RESULT_FILE_NAME = r"^aoe_result_(opat|sgat)_[0-9]{17}_pid[0-9]+\.json$"
 REPORT_KEY = r"^report_[0-9]{17}_[0-9]+$"
 
-_PCT = {"type": "string", "pattern": r"^-?[0-9]+\.[0-9]{2}%$"}
-_TIME = {"type": "number", "minimum": 0}
-_COUNT = {"type": "integer", "minimum": 0}
-_COUNTERS = ("repo_add_num", "repo_hit_num", "repo_reserved_num", "repo_unsatisfied_num", "repo_update_num",
-             "total_num")
-_SUMMARY = {"type": "object", "required": list(_COUNTERS), "additionalProperties": False,
-            "properties": {k: _COUNT for k in _COUNTERS}}
-
-_KIND_PERF = {
-    "type": "object",
-    "required": ["performance_after_tune(us)", "performance_before_tune(us)", "performance_improvement",
-                 "update_mode"],
-    "additionalProperties": False,
-    "properties": {"performance_after_tune(us)": _TIME, "performance_before_tune(us)": _TIME,
-                   "performance_improvement": _PCT, "update_mode": {"enum": ["add", "update"]}},
-}
-
-OPAT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["opat_tuning_result", "repo_modified_operators", "repo_summary"],
-    "additionalProperties": False,
-    "properties": {
-        "opat_tuning_result": {"enum": ["tuning successful", "tuning failed", "tuning incomplete"]},
-        "repo_modified_operators": {"type": "array", "items": {
-            "type": "object", "required": ["op_name", "op_type", "tune_performance"], "additionalProperties": False,
-            "properties": {
-                "op_name": {"type": "string", "minLength": 1},
-                "op_type": {"oneOf": [{"type": "string", "minLength": 1},
-                                      {"type": "array", "minItems": 2, "items": {"type": "string", "minLength": 1}}]},
-                "tune_performance": {"type": "object", "minProperties": 1, "additionalProperties": False,
-                                     "properties": {k: _KIND_PERF for k in ("Format", "Schedule", "Impl")}},
-            }}},
-        "repo_summary": _SUMMARY,
-        "tuning_failed_operators": {"type": "array", "minItems": 1, "items": {"type": "string"}},
-    },
-    # tuning_failed_operators only (and always) with "tuning failed"
-    "if": {"properties": {"opat_tuning_result": {"const": "tuning failed"}}},
-    "then": {"required": ["tuning_failed_operators"]},
-    "else": {"not": {"required": ["tuning_failed_operators"]}},
-}
-
-# The SGAT section is the one aoe.sgat builds and documents; the dialect marker stays at the top.
+# The sections are the ones the tuners build and document; the dialect marker stays at the top.
+OPAT_SCHEMA: dict[str, Any] = {k: v for k, v in OPAT_SECTION_SCHEMA.items() if k not in ("$schema", "title")}
 SGAT_SCHEMA: dict[str, Any] = {k: v for k, v in SGAT_SECTION_SCHEMA.items() if k not in ("$schema", "title")}
 
 _BASIC = {
@@ -80,7 +44,7 @@ def result_schema(kind: str) -> dict[str, Any]:
     section, schema = ("OPAT", OPAT_SCHEMA) if kind == "opat" else ("SGAT", SGAT_SCHEMA)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "title": f"AOE {section} result file (SPEC §4)",
+        "title": f"AOE {section} result file",
         "type": "object",
         "minProperties": 1,
         "propertyNames": {"pattern": REPORT_KEY},
@@ -89,13 +53,6 @@ def result_schema(kind: str) -> dict[str, Any]:
 
 
 RESULT_SCHEMA = {"opat": result_schema("opat"), "sgat": result_schema("sgat")}
-
-
-def improvement(before: float, after: float) -> str:
-    """(before / after - 1) x 100, two decimals, with '%'."""
-    if after <= 0:
-        return "0.00%"
-    return f"{(before / after - 1.0) * 100.0:.2f}%"
 
 
 def _pct_ok(text: str, before: float, after: float, tol: float = 0.011) -> bool:
@@ -170,8 +127,6 @@ def semantic_errors(data: dict[str, Any]) -> list[str]:
 
 def validate(data: Any, kind: str) -> None:
     """Raise ValueError (with every problem) unless `data` is a valid result file of `kind`."""
-    import jsonschema
-
     problems = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
                 for e in jsonschema.Draft202012Validator(RESULT_SCHEMA[kind]).iter_errors(data)]
     if not problems:

@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from .. import _sim
-from ..bank.codes import dtype_code, format_code
+from ..codes import dtype_code, format_code
 from ..errors import AoeError
 
 # The dtypes and formats the kernel models know, under their CANN ge::DataType / ge::Format codes

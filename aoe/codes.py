@@ -1,13 +1,14 @@
 """Numeric codes of data types and formats, following CANN's `ge::DataType` / `ge::Format` enums.
 
 Bank keys store these integers (as CANN's bank files do); the names are for people and for
-converting graph attributes. Other modules (graph importer, simulator front end) import these tables.
+converting graph attributes. This is a ground-floor module: the simulator's front end and the banks
+both read these tables, so it imports nothing of theirs.
 """
 from __future__ import annotations
 
 import operator
 
-from ..errors import AoeError
+from .errors import AoeError
 
 # ge::DataType values (graph/types.h). Only codes the project handles are listed; add more here.
 DTYPES: dict[str, int] = {

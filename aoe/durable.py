@@ -1,0 +1,70 @@
+"""The one durable write: replace a file atomically, so readers see the old bytes or the new, never a mix.
+
+A temp file in the same directory gets its permissions first, then the data, an fsync, a rename over
+the target and an fsync of the directory (so the rename itself survives a crash). The banks and the
+job's result files both write this way; they differ only in the permissions they give the file.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+_UMASK: int | None = None
+
+
+def umask() -> int:
+    """The process umask, read without changing it (Linux), else the usual 022."""
+    global _UMASK
+    if _UMASK is None:
+        try:
+            with open("/proc/self/status", encoding="ascii") as fh:
+                for line in fh:
+                    if line.startswith("Umask:"):
+                        _UMASK = int(line.split()[1], 8)
+                        break
+        except (OSError, ValueError):
+            pass
+        if _UMASK is None:
+            _UMASK = 0o022
+    return _UMASK
+
+
+def _default_perms(fd: int) -> None:
+    # mkstemp creates 0600: give the file what a plain open() would have given it
+    os.fchmod(fd, 0o666 & ~umask())
+
+
+def atomic_replace(path: str | os.PathLike[str], data: bytes,
+                   set_perms: Callable[[int], None] | None = None) -> os.stat_result:
+    """Replace `path` by `data` atomically and durably; `set_perms(fd)` sets the new file's mode/owner.
+
+    Returns the new file's stat. Raises OSError (the caller words the error for its users).
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            # permissions first, so that they are as durable as the data when the rename lands
+            (set_perms or _default_perms)(f.fileno())
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+            st = os.fstat(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:
+        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return st
+    try:
+        os.fsync(dfd)  # make the rename itself durable
+    finally:
+        os.close(dfd)
+    return st
