@@ -9,12 +9,14 @@ from typing import Any
 from ..errors import AoeError
 
 EPILOG = """MODEL is a path to an .onnx file, a .json graph written by `aoe graph --json --full`,
-or a bundled model: zoo:resnet50, zoo:bert_base, zoo:mobilenet_v2, zoo:gpt2.
+a single-operator file (with --framework singleop), a TensorFlow model (with --framework 3, needs
+the tensorflow extra), or a bundled model: zoo:resnet50, zoo:bert_base, zoo:mobilenet_v2, zoo:gpt2.
 
 examples:
   aoe graph zoo:resnet50
   aoe graph zoo:bert_base --input_shape "input_ids:32,128;attention_mask:32,128" --training
   aoe graph model.onnx --input_shape "input:8,3,224,224" --json
+  aoe graph ops.json --framework singleop --per_op
 """
 
 
@@ -28,6 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="aoe graph", description="Import a model and print its operator summary.",
                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", metavar="MODEL", help="an .onnx file, a .json graph, or zoo:NAME")
+    p.add_argument("-f", "--framework", metavar="FW",
+                   help="5 = ONNX, 3 = TensorFlow, json, singleop (default: told from MODEL)")
     p.add_argument("--input_shape", metavar="SHAPES",
                    help='static input shapes, AOE syntax: "name1:d0,d1;name2:d0,d1"')
     p.add_argument("--training", action="store_true",
@@ -82,7 +86,8 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     from . import load
 
-    graph = load(args.model, args.input_shape, training=args.training, compute_dtype=args.compute_dtype)
+    graph = load(args.model, args.input_shape, training=args.training, compute_dtype=args.compute_dtype,
+                 framework=args.framework)
     if args.json and args.full:
         sys.stdout.write(graph.to_json() + "\n")
         return 0
