@@ -179,6 +179,7 @@ class _Importer:
         return arr
 
     def need_value(self, node: Node, name: str, what: str) -> np.ndarray:
+        """The constant value of a tensor; Unsupported (the node stays opaque) when it is not known."""
         v = self.value(name)
         if v is None:
             raise Unsupported(f"{what} ({name!r}) is not a constant")
@@ -323,6 +324,7 @@ class _Importer:
         self.note_unsupported(node, op.name, reason)
 
     def note_unsupported(self, node: Node, op_name: str, reason: str) -> None:
+        """List an operator tuning must skip; warn once per operator type."""
         self.unsupported.append({"op": op_name, "onnx_type": node.op_type, "reason": reason})
         key = f"{node.domain}:{node.op_type}"
         if key not in self.warned:

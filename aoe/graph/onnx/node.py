@@ -36,6 +36,7 @@ class Node:
                 continue
 
     def attr_ints(self, key: str, default: Sequence[int] | None = None) -> list[int] | None:
+        """An integer-list attribute (None when absent and no default), checked."""
         v = self.attrs.get(key)
         if v is None:
             return None if default is None else list(default)
@@ -44,18 +45,21 @@ class Node:
         raise AoeError(f"node {self.name!r} ({self.op_type}): attribute {key!r} must be a list of integers")
 
     def attr_int(self, key: str, default: int) -> int:
+        """An integer attribute, checked."""
         v = self.attrs.get(key, default)
         if isinstance(v, int) and not isinstance(v, bool):
             return int(v)
         raise AoeError(f"node {self.name!r} ({self.op_type}): attribute {key!r} must be an integer")
 
     def attr_float(self, key: str, default: float) -> float:
+        """A numeric attribute as float, checked."""
         v = self.attrs.get(key, default)
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             return float(v)
         raise AoeError(f"node {self.name!r} ({self.op_type}): attribute {key!r} must be a number")
 
     def attr_str(self, key: str, default: str) -> str:
+        """A string attribute (bytes decoded), checked."""
         v = self.attrs.get(key, default)
         if isinstance(v, bytes):
             return v.decode("utf-8", "replace")
