@@ -129,7 +129,7 @@ def _print(line: str) -> None:
 
 def main(argv: list[str]) -> int:
     """`aoe -m MODEL -j 1|2 ...`: run one tuning job; returns the exit code."""
-    from .run import JobSpec, run_job, settings_from_env
+    from .run import JobSpec, run_job, settings_from_env  # lazily: `aoe --help` must not load the tuners
 
     args = job_parser().parse_args(argv)
     env = os.environ
@@ -209,7 +209,7 @@ def verify_parser() -> argparse.ArgumentParser:
 
 def verify_main(argv: list[str]) -> int:
     """`aoe verify`: print per-operator and whole-model simulated times, default vs. banks."""
-    from .api import verify
+    from .api import verify  # lazily: `aoe --help` must not load the tuners
 
     args = verify_parser().parse_args(argv)
     mode = cfg.parse_mode(args.job_type, "--job_type")
@@ -219,9 +219,6 @@ def verify_main(argv: list[str]) -> int:
         raise AoeError("pass either --model or --singleop, not both")
     if args.top < 0:
         raise AoeError("--top must be 0 or more")
-    from .verification import check_cache_mode
-
-    check_cache_mode(args.op_compiler_cache_mode)
     rep = verify(args.model, mode=mode, soc=args.soc_version, bank=args.tune_bank_path,
                  input_shape=args.input_shape, training=args.training, singleop=args.singleop,
                  cache_mode=args.op_compiler_cache_mode, builtin=not args.no_builtin,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import socket
 import threading
 import time
 from pathlib import Path
@@ -160,8 +161,6 @@ def find_interrupted(work_dir: Path, kind: str, match: dict[str, Any]) -> tuple[
 
     A state whose process is still running on this host is not interrupted and is ignored.
     """
-    import socket
-
     host = socket.gethostname()
     best: tuple[str, Path, dict[str, Any]] | None = None
     for state_path in work_dir.glob(f".aoe_result_{kind}_*_pid*.json.state"):

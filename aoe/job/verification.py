@@ -22,6 +22,7 @@ from ..errors import AoeError
 from ..opat.apply import OpTime, apply_bank
 from ..soc import load_soc
 from ..tuning import improvement
+from .progress import table
 
 CACHE_MODES = ("enable", "disable", "force")
 _MEMO: dict[tuple[Any, ...], float] = {}
@@ -75,8 +76,6 @@ class VerifyReport:
         return d
 
     def lines(self, top: int = 20, all_ops: bool = False) -> list[str]:
-        from .progress import table
-
         out = [f"verification of {self.model} on {self.soc} (op_compiler_cache_mode={self.cache_mode}; "
                f"the banks are read afresh, no cache can hide new entries)"]
         if self.mode == 1:

@@ -6,6 +6,7 @@ figures, and the tuner uses `price` for the "before" of a case.
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, MutableMapping
@@ -107,8 +108,6 @@ def apply_bank(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
     caches kernel times keyed by the strategy itself (SoC, case and the knowledge's content), so a
     changed bank entry is a different key and can never be hidden.
     """
-    import json
-
     soc = load_soc(soc)
     measure = simulator_measure(soc)
     custom = OpBank(bank_dir, soc.name, soc.cube_cores) if bank_dir is not None else None

@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..sim import Conv2D, MatMul, SimOp, VectorOp
+from ..sim import Conv2D, MatMul, SimOp, VectorOp, default_strategy, simulate_times
 from ..sim.heuristics import CONV_FIELDS, MM_FIELDS, VEC_FIELDS
 from ..sim.ops import DTYPE_BYTES
 from ..soc import Soc
@@ -121,8 +121,6 @@ class FactoredSpace:
 
 def space_for(soc: Soc, op: SimOp) -> FactoredSpace:
     """The Schedule space of one kernel model, seeded with CANN's default strategy."""
-    from ..sim import default_strategy
-
     if isinstance(op, MatMul):
         space = matmul_space(soc, op)
         space.repair = lambda rows: _mm_repair(op, rows)
@@ -146,8 +144,6 @@ def space_for(soc: Soc, op: SimOp) -> FactoredSpace:
 
 def _sim_valid(soc: Soc, op: SimOp, rows: np.ndarray) -> np.ndarray:
     """The kernel model's capacity/alignment/consistency rules: the reason code is 0."""
-    from ..sim import simulate_times
-
     if not len(rows):
         return np.zeros(0, bool)
     return simulate_times(soc, op, rows)[1] == 0

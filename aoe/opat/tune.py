@@ -21,9 +21,11 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from ..errors import AoeError
-from ..ops import HIGH_PERFORMANCE, IMPL_MODES, OpCase, Variant
-from ..sim import Conv2D, MatMul, SimOp, VectorOp, default_strategy, strategy_fields
-from ..sim.heuristics import MM_FIELDS
+from ..bank.schema import schema_for
+from ..ops import HIGH_PERFORMANCE, IMPL_MODES, OpCase, Variant, describe
+from ..sim import Conv2D, MatMul, SimOp, VectorOp, default_strategy, simulate, strategy_fields
+from ..sim.heuristics import MM_FIELDS, default_vector
+from ..sim.ops import DTYPE_BYTES
 from ..soc import Soc, load_soc
 from .search import Budget, Measure, SearchResult, as_measure, search, simulator_measure
 from .space import FactoredSpace, space_for
@@ -72,8 +74,6 @@ def _filter(rows: np.ndarray, keep: Callable[[np.ndarray], np.ndarray]) -> np.nd
 
 def _mm_restage(op: MatMul, soc: Soc, cls: int, outer: np.ndarray) -> np.ndarray:
     """Default staging inside a matmul implementation class (resident operands: whole panel in L1)."""
-    from ..sim.ops import DTYPE_BYTES
-
     if cls not in (1, 2):
         return outer
     ea = DTYPE_BYTES[op.dtype]
@@ -144,8 +144,6 @@ def _price_default(soc: Soc, variant: Variant, measure: Measure) -> tuple[float,
 
 def conversion_us(soc: Soc, variant: Variant, cache: dict[Any, float]) -> float:
     """Default-strategy time of the conversion kernels a variant needs (TransData)."""
-    from ..sim import simulate
-
     total = variant.extra_us
     for op in variant.extra_ops:
         if op not in cache:
@@ -176,8 +174,6 @@ def tune_case(case: OpCase, soc: Soc | str, kinds: Sequence[str] = KINDS, budget
         # CANN's default honours op_select_implmode too: never start from a disallowed implementation
         allowed = {int(v.knowledge.get("impl", 0)) for v in case.impls if implmode in v.modes}
         if default_strat["impl"] not in allowed and allowed:
-            from ..sim.heuristics import default_vector
-
             default_strat = default_vector(soc, base.sim_op, allowed)
             row = np.array([[default_strat[f] for f in strategy_fields(base.sim_op)]], dtype=np.int64)
             before = float(measure(base.sim_op, row)[0])
@@ -336,15 +332,11 @@ def _knowledge(case: OpCase, variant: Variant, strategy: dict[str, int], impl: s
 
 def _family_placeholder(case: OpCase) -> dict[str, int]:
     """Schema fields of the operator family at 0: the record says the family's kernel is not used."""
-    from ..bank.schema import schema_for
-
     return {f: 0 for f in schema_for(case.op_type).knowledge_fields}
 
 
 def case_for(op: Any) -> OpCase:
     """The tuning case of a simulator descriptor, a single-operator description dict, or an OpCase."""
-    from ..ops import describe
-    from ..sim import Conv2D as _Conv, MatMul as _MatMul, VectorOp as _Vec
     from .single import single_ops_graph
 
     if isinstance(op, OpCase):
@@ -352,7 +344,7 @@ def case_for(op: Any) -> OpCase:
     if isinstance(op, dict):
         g = single_ops_graph(op)
         return describe(g, g.ops[0])
-    if isinstance(op, _MatMul):
+    if isinstance(op, MatMul):
         a = [op.k, op.m] if op.trans_a else [op.m, op.k]
         b = [op.n, op.k] if op.trans_b else [op.k, op.n]
         batched = op.batch > 1 or (op.batch_b or 1) > 1
@@ -366,7 +358,7 @@ def case_for(op: Any) -> OpCase:
                 "output_desc": [{"shape": out, "type": op.out_dtype, "format": "ND"}],
                 "attr": {"transpose_x1": op.trans_a, "transpose_x2": op.trans_b, "has_bias": op.bias}}
         return case_for(spec)
-    if isinstance(op, _Conv):
+    if isinstance(op, Conv2D):
         ho, wo = op.out_hw
         spec = {"op": "Conv2D", "input_desc": [{"shape": list(op.x), "type": op.dtype, "format": "NCHW"},
                                                {"shape": list(op.weight), "type": op.dtype, "format": "NCHW"}],
@@ -376,7 +368,7 @@ def case_for(op: Any) -> OpCase:
         if op.op_type != "Conv2D":
             raise AoeError("tune a convolution gradient through its graph operator (tune_graph) or an OpCase")
         return case_for(spec)
-    if isinstance(op, _Vec):
+    if isinstance(op, VectorOp):
         attrs: dict[str, Any] = {}
         if op.axes:
             attrs["axes"] = list(op.axes)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..graph.ir import Graph, Op
+from ..ops import describe
 from ..soc import Soc
 from .model import N_SPLITS, N_TILES, TILE_BASE, RegionData
 from .partition import Subgraph
@@ -34,8 +35,6 @@ def _through_views(producer: dict[str, Op], t: str) -> tuple[Op | None, str]:
 def describe_structure(graph: Graph, sub: Subgraph, soc: Soc, rd: RegionData,
                        producer: dict[str, Op] | None = None) -> dict[str, Any]:
     """The canonical, name-free description of a subgraph that its repo_key hashes."""
-    from ..ops import describe
-
     if producer is None:
         producer = {t: op for op in graph.ops for t in op.outputs}
     local = {op.name: i for i, op in enumerate(sub.kernels)}

@@ -31,7 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from .. import sim
 from ..graph.ir import Graph, Op
+from ..ops import describe
 from ..soc import Soc
 from .partition import Subgraph, is_cube
 
@@ -126,8 +128,6 @@ class CostCache:
 
     def price(self, sim_op: Any) -> tuple[float, float, float, float]:
         """(time, compute, memory, rest) in µs of `sim_op` under the default strategy."""
-        from .. import sim
-
         hit = self._cache.get(sim_op)
         if hit is None:
             r = sim.simulate(self.soc, sim_op)
@@ -158,8 +158,6 @@ def region_data(graph: Graph, sub: Subgraph, soc: Soc, costs: CostCache,
                 producer: dict[str, Op] | None = None, readers: dict[str, list[Op]] | None = None,
                 outputs: set[str] | None = None) -> RegionData:
     """Cost data of one subgraph (see the module docstring)."""
-    from ..ops import describe
-
     if producer is None:
         producer = {t: op for op in graph.ops for t in op.outputs}
     if readers is None:

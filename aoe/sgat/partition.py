@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..graph.ir import Graph, Op
+from ..ops import Unsupported, describe
 
 MAX_OPS = 8          # kernels per subgraph: keeps plan spaces small enough to search well
 MAX_CUBE = 2         # Cube operators per subgraph
@@ -65,8 +66,6 @@ def is_cube(op: Op) -> bool:
 
 
 def _priceable(graph: Graph, op: Op) -> bool:
-    from ..ops import Unsupported, describe
-
     try:
         describe(graph, op)
     except Unsupported:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from .evaluator import evaluate, kernel_costs, unfused_plan
+from .evaluator import S_L2CAP, evaluate, kernel_costs, unfused_plan
 from .model import N_SPLITS, N_TILES, RegionData
 
 EXHAUSTIVE_LIMIT = 65536
@@ -85,7 +85,6 @@ def dp_chain(rd: RegionData) -> SearchResult:
         p, readers = int(rd.tens[t, 0]), int(rd.tens[t, 1])
         if readers:
             handoff[p + 1] += rd.tensf[t, 0]
-    from .model import S_L2CAP
     cap = rd.socp[S_L2CAP]
     best: tuple[float, tuple[int, ...], int, int, int] | None = None
     evaluated = 0

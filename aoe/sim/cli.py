@@ -66,7 +66,7 @@ def _json_arg(text: str | None, what: str) -> Any:
 
 def main(argv: list[str]) -> int:
     """Run `aoe simulate`."""
-    from . import make_op, simulate, strategy_fields
+    from . import make_op, simulate, strategy_fields  # lazily: `aoe --help` must not load the extension
 
     args = _parser().parse_args(argv)
     soc = load_soc(args.soc_version)

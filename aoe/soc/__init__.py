@@ -37,6 +37,7 @@ _CANN_KEYS: list[tuple[str, str, str, type, bool]] = [
     ("AICoreMemoryRates", "l1_to_l0_a_rate", "l1_to_l0a_rate", float, False),
     ("AICoreMemoryRates", "l1_to_l0_b_rate", "l1_to_l0b_rate", float, False),
     ("AICoreMemoryRates", "ub_to_ddr_rate", "ub_to_gm_rate", float, False),
+    ("AICoreMemoryRates", "l1_to_ub_rate", "l1_to_ub_rate", float, False),
     ("VectorCoreSpec", "vec_freq", "vec_freq_mhz", float, False),
 ]
 
@@ -47,6 +48,7 @@ _SIM_KEYS: dict[str, tuple[str, type]] = {
     "l2_bandwidth_gbps": ("l2_gbps", float),
     "ub_reserved": ("ub_reserved", int),
     "fixpipe_rate": ("fixpipe_rate", float),
+    "vec_bytes_per_cycle": ("vec_bytes_per_cycle", float),
     "l2_usable": ("l2_usable", float),
     "dma_overhead_bytes": ("dma_overhead_bytes", float),
     "nd2nz_efficiency": ("nd2nz_efficiency", float),
@@ -90,6 +92,8 @@ class Soc:
     l1_to_l0b_rate: float = 256.0
     fixpipe_rate: float = 128.0
     ub_to_gm_rate: float = 64.0
+    l1_to_ub_rate: float = 128.0           # MTE1 L1 -> UB (the Vector unit reading a Cube operand)
+    vec_bytes_per_cycle: float = 256.0     # one Vector repeat: 8 blocks of 32 bytes
     l2_usable: float = 0.8
     dma_overhead_bytes: float = 64.0
     nd2nz_efficiency: float = 0.85
@@ -134,7 +138,7 @@ class Soc:
     def native(self) -> Any:
         """The C++ `aoe._sim.SoC` twin of this description (built once, then cached)."""
         if self._native is None:
-            from .. import _sim
+            from .. import _sim  # lazily: reading a SoC file needs no compiled extension
 
             obj = _sim.SoC()
             for f in dataclasses.fields(self):
