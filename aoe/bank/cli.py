@@ -21,7 +21,7 @@ DEFAULT_SOC = "Ascend910B2"
 DESCRIPTION = f"""Inspect and share knowledge banks.
 
 Which bank: the custom operator bank of --soc_version (default {DEFAULT_SOC}) and --core_num (default:
-the SoC's AI core count), found as in tuning (SPEC §2): $TUNE_BANK_PATH/<soc>, else
+the SoC's AI core count), found as in tuning: $TUNE_BANK_PATH/<soc>, else
 $ASCEND_CACHE_PATH/aoe_data/<soc>, else $HOME/Ascend/latest/data/aoe/custom/op/<soc>; the subgraph
 bank (subgraph.json) in $TUNE_BANK_PATH, else $ASCEND_CACHE_PATH/aoe_data, else
 $HOME/Ascend/latest/data/aoe/custom/graph/<soc>. --tune_bank_path DIR acts like TUNE_BANK_PATH=DIR.

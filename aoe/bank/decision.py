@@ -1,4 +1,4 @@
-"""What happens to one case after tuning (SPEC §3) — the one rule both OPAT and SGAT use.
+"""What happens to one case after tuning — the one rule both OPAT and SGAT use.
 
     in a bank before?  REPEAT_TUNE  tuned better than the strategy in use?  outcome      written?
     yes                False        (not tuned)                             reserved     no

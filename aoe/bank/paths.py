@@ -1,4 +1,4 @@
-"""Where the banks live (SPEC §2), directory checks, safe names and shared-directory permissions.
+"""Where the banks live, directory checks, safe names and shared-directory permissions.
 
 Permission rule: the user needs read, write and execute permission on a bank directory. For an
 ordinary user that is `os.access`. root passes every `os.access` check, so for root the directory's

@@ -1,9 +1,9 @@
 """`query`: the compiler's question "which strategy for this operator case?" (CANN's QueryBank).
 
-Order: custom bank (from the environment, SPEC §2, or `bank_dir`), then the built-in bank, then None
+Order: custom bank (from the environment as for tuning, or `bank_dir`), then the built-in bank, then None
 (the compiler uses its default heuristic). Bank objects are cached per location; every call stats
 the custom file (mtime_ns, size, inode), so an entry written by any process is seen by the next
-query — no compile cache to flush (SPEC §5). A missing or unusable custom bank directory only
+query — no compile cache to flush. A missing or unusable custom bank directory only
 costs a warning here: compiling must not fail because tuning was never run.
 """
 from __future__ import annotations

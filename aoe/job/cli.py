@@ -1,4 +1,4 @@
-"""`aoe --model MODEL --job_type 1|2 ...` (the tuning job) and `aoe verify -m MODEL` (SPEC §2, §4, §5)."""
+"""`aoe --model MODEL --job_type 1|2 ...` (the tuning job) and `aoe verify -m MODEL`."""
 from __future__ import annotations
 
 import argparse
@@ -33,7 +33,7 @@ EPILOG = """examples:
   aoe -m zoo:resnet50 -j 2 --reload                         # resume an interrupted job
   aoe verify -m zoo:resnet50                                # default strategies vs. the tuned banks
 
-environment (SPEC §2; a bad value is an error):
+environment (a bad value is an error):
   AOE_MODE              1 or 2; required when --job_type is not given
   ASCEND_DEVICE_ID      simulated device id, 0..N-1 (default 0); one tuning job per device
   AOE_DEVICE_COUNT      N, the number of simulated devices (default 8)
@@ -187,7 +187,7 @@ examples:
 
 
 def verify_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="aoe verify", description="Check the speed-up of a tuned model (SPEC §5).",
+    p = _Parser(prog="aoe verify", description="Check the speed-up of a tuned model: default strategies vs. the banks.",
                 epilog=VERIFY_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     p.add_argument("-m", "--model", metavar="MODEL", help="an .onnx file, a .json graph, or zoo:NAME")
     p.add_argument("--singleop", metavar="FILE", help="verify the single operators described in FILE")

@@ -1,4 +1,4 @@
-"""Job configuration: the environment variables and the `aoe.ini` file of SPEC §2, validated.
+"""Job configuration: the environment variables and the `aoe.ini` file, validated.
 
 Every bad value raises `AoeError` naming the variable, the value and what is allowed; the CLI turns
 that into `aoe: error: ...` and exit code 2.
@@ -106,7 +106,7 @@ def cpu_count() -> int:
 
 
 def te_parallel_cap(n_devices: int, cpus: int | None = None) -> int:
-    """SPEC §2: TE_PARALLEL_COMPILER may not exceed CPU cores × 80% / number of devices (at least 1)."""
+    """TE_PARALLEL_COMPILER may not exceed CPU cores × 80% / number of devices (at least 1)."""
     cpus = cpu_count() if cpus is None else cpus
     return max(1, int(cpus * 0.8 / n_devices))
 

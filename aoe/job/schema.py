@@ -12,7 +12,7 @@ import jsonschema
 
 from ..opat.report import OPAT_SECTION_SCHEMA
 from ..sgat.report import SGAT_SECTION_SCHEMA
-from ..tuning import improvement
+from ..tuning import INCOMPLETE, improvement
 
 RESULT_FILE_NAME = r"^aoe_result_(opat|sgat)_[0-9]{17}_pid[0-9]+\.json$"
 REPORT_KEY = r"^report_[0-9]{17}_[0-9]+$"
@@ -86,9 +86,9 @@ def semantic_errors(data: dict[str, Any]) -> list[str]:
             if "OPAT" in part:
                 sec = part["OPAT"]
                 errs += _counters_errors(key, sec["repo_summary"])
-                if sec["opat_tuning_result"] == "tuning incomplete" and "tuning_time(s)" in basic:
+                if sec["opat_tuning_result"] == INCOMPLETE and "tuning_time(s)" in basic:
                     errs.append(f"{key}: an incomplete task must not have tuning_time(s)")
-                if sec["opat_tuning_result"] != "tuning incomplete" and "tuning_time(s)" not in basic:
+                if sec["opat_tuning_result"] != INCOMPLETE and "tuning_time(s)" not in basic:
                     errs.append(f"{key}: a finished task needs tuning_time(s)")
                 modes = {"add": set(), "update": set()}
                 for op in sec["repo_modified_operators"]:

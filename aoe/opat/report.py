@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..tuning import (FAILED, INCOMPLETE, PCT_SCHEMA, SUMMARY_SCHEMA, TIME_SCHEMA, Counters,
+from ..tuning import (FAILED, INCOMPLETE, STATUSES, PCT_SCHEMA, SUMMARY_SCHEMA, TIME_SCHEMA, Counters,
                       Outcome, improvement)
 from .tune import KindGain
 
@@ -157,7 +157,7 @@ OPAT_SECTION_SCHEMA: dict[str, Any] = {
     "required": ["opat_tuning_result", "repo_modified_operators", "repo_summary"],
     "additionalProperties": False,
     "properties": {
-        "opat_tuning_result": {"enum": ["tuning successful", "tuning failed", "tuning incomplete"]},
+        "opat_tuning_result": {"enum": list(STATUSES)},
         "repo_modified_operators": {"type": "array", "items": {
             "type": "object", "required": ["op_name", "op_type", "tune_performance"], "additionalProperties": False,
             "properties": {
@@ -171,7 +171,7 @@ OPAT_SECTION_SCHEMA: dict[str, Any] = {
         "tuning_failed_operators": {"type": "array", "minItems": 1, "items": {"type": "string"}},
     },
     # tuning_failed_operators only (and always) with "tuning failed"
-    "if": {"properties": {"opat_tuning_result": {"const": "tuning failed"}}},
+    "if": {"properties": {"opat_tuning_result": {"const": FAILED}}},
     "then": {"required": ["tuning_failed_operators"]},
     "else": {"not": {"required": ["tuning_failed_operators"]}},
 }
