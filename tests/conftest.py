@@ -1,0 +1,111 @@
+"""Shared test builders: tiny ONNX models, single-operator descriptions, bank keys, an isolated job environment.
+
+The plain functions are imported by the test files (`from conftest import tiny_onnx, mm_op`); the
+fixtures (`env`, `job_env`) are found by pytest itself.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aoe.bank.schema import MATMUL_KEY, MATMUL_KNOWLEDGE
+from aoe.graph.singleop import single_ops_graph  # noqa: F401 - re-exported for the test files
+
+# Every variable that steers a job; the environment fixtures remove them so the developer's shell
+# (or another test) cannot change what a test sees.
+JOB_ENV = ("AOE_MODE", "ASCEND_DEVICE_ID", "TUNE_BANK_PATH", "ASCEND_CACHE_PATH", "ASCEND_WORK_PATH",
+           "TE_PARALLEL_COMPILER", "REPEAT_TUNE", "AOE_CONFIG", "AOE_DEVICE_COUNT", "AOE_SEARCH_BUDGET",
+           "AOE_LOCK_DIR", "AOE_STOP_GRACE")
+SEARCH_BUDGET = "2000"     # small enough for a test, large enough that tuning finds improvements
+
+
+# --- environment isolation ----------------------------------------------------------------------
+
+def isolated_environ(tmp_path: Path) -> dict[str, str]:
+    """os.environ without the job variables; bank, locks and HOME under `tmp_path` (the bank dir is created)."""
+    bank = tmp_path / "bank"
+    bank.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in JOB_ENV}
+    env.update(TUNE_BANK_PATH=str(bank), AOE_LOCK_DIR=str(tmp_path / "locks"), AOE_SEARCH_BUDGET=SEARCH_BUDGET,
+               HOME=str(tmp_path))
+    return env
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This process as a clean job environment: bank, locks, work path and HOME in tmp_path (returned)."""
+    for k in JOB_ENV:
+        monkeypatch.delenv(k, raising=False)
+    for k, v in isolated_environ(tmp_path).items():
+        if os.environ.get(k) != v:
+            monkeypatch.setenv(k, v)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def job_env(tmp_path: Path) -> dict[str, str]:
+    """The same clean environment as a dict, for `aoe` run as a child process."""
+    return isolated_environ(tmp_path)
+
+
+# --- tiny models --------------------------------------------------------------------------------
+
+def tiny_onnx(path: Path, m: int = 64, k: int = 128, n: int = 256) -> Path:
+    """x[m,k] @ W[k,n] -> Relu -> Softmax, saved at `path`: three tunable operators (mm, relu, softmax)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [k, n], [0.0] * (k * n))
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+             helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("Softmax", ["r"], ["y"], name="softmax", axis=-1)]
+    g = helper.make_graph(nodes, "tiny", [x], [y], [w])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+# --- single-operator descriptions (the --singleop format) ----------------------------------------
+
+def mm_op(m: int, k: int, n: int, name: str = "mm", dtype: str = "float16", **attrs: Any) -> dict[str, Any]:
+    """A MatMulV2 x[m,k] @ w[k,n] as a single-operator description."""
+    return {"op": "MatMulV2", "name": name,
+            "input_desc": [{"shape": [m, k], "type": dtype}, {"shape": [k, n], "type": dtype}],
+            "output_desc": [{"shape": [m, n], "type": dtype}], "attr": attrs}
+
+
+def vec_op(op: str, shape: tuple[int, ...], name: str, dtype: str = "float16", **attrs: Any) -> dict[str, Any]:
+    """A one-input vector operator of `shape` (output of the same shape) as a single-operator description."""
+    return {"op": op, "name": name, "input_desc": [{"shape": list(shape), "type": dtype}],
+            "output_desc": [{"shape": list(shape), "type": dtype}], "attr": attrs}
+
+
+def small_opat_graph() -> Any:
+    """Five operators: two sharing one matmul case, softmax, relu and one type with no kernel model."""
+    return single_ops_graph([
+        mm_op(256, 512, 256, "mm_a"),
+        mm_op(256, 512, 256, "mm_b"),           # same case as mm_a: tuned once
+        vec_op("SoftmaxV2", (64, 1024), "softmax", axes=[-1]),
+        vec_op("Relu", (64, 1024), "relu"),
+        vec_op("FrobnicateV9", (64, 1024), "mystery"),  # no kernel model: skipped and reported
+    ], name="small")
+
+
+# --- bank keys and knowledge --------------------------------------------------------------------
+
+def mm_key(m: int = 128, k: int = 64, n: int = 64, **over: Any) -> dict[str, Any]:
+    """A complete MatMul bank key (fp16, ND, no batch) with the given sizes; `over` replaces any field."""
+    key = {f: 1 if f.startswith("batch") else 0 for f in MATMUL_KEY}
+    key.update(m=m, k=k, n=n, a_dtype=1, b_dtype=1, out_dtype=1, a_format=2, b_format=2, out_format=2)
+    key.update(over)
+    return key
+
+
+def mm_know(v: int = 1) -> dict[str, int]:
+    """MatMul knowledge with every field set to `v` (distinct v, distinct strategies)."""
+    return {f: v for f in MATMUL_KNOWLEDGE}

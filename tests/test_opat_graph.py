@@ -1,0 +1,226 @@
+"""OPAT over a graph: the walk, bank outcomes, failures, workers, resume (`done`) and the events contract."""
+from __future__ import annotations
+
+import dataclasses
+
+import jsonschema
+import numpy as np
+import pytest
+
+from aoe import AoeError, sim
+from aoe.bank import OpBank
+from aoe.ops import describe
+from aoe.opat import OpatConfig, simulator_measure, tune_graph
+from aoe.opat.report import OPAT_SECTION_SCHEMA, record_from_state
+from aoe.soc import load_soc
+from aoe.tuning import FAILED, INCOMPLETE, SUCCESS, Events
+from conftest import mm_op, single_ops_graph, small_opat_graph, vec_op
+
+SOC = load_soc("Ascend910B2")
+NO_BUILTIN = OpatConfig(builtin=False)
+
+
+class Recorder(Events):
+    """Remembers every event in order; stops after `stop_after` cases when asked to."""
+
+    def __init__(self, stop_after: int | None = None) -> None:
+        self.log: list[tuple] = []
+        self.report = None
+        self.stop_after = stop_after
+        self.cases = 0
+
+    def start(self, n_cases, report):
+        self.log.append(("start", n_cases))
+        self.report = report
+
+    def case_done(self, records, hit):
+        self.cases += 1
+        self.log.append(("case", tuple(r.op_name for r in records), hit, self.report.status))
+
+    def should_stop(self):
+        return self.stop_after is not None and self.cases >= self.stop_after
+
+
+def _bank_items(path):
+    return sorted((e.op, e.id, str(e.knowledge)) for e in OpBank(path, SOC.name, SOC.cube_cores).entries())
+
+
+# --- the graph walk and the bank ----------------------------------------------------------------
+
+def test_graph_tuning_outcomes_follow_the_bank_rules(tmp_path):
+    g = small_opat_graph()
+    first = tune_graph(g, SOC, tmp_path, NO_BUILTIN)
+    c = first.counters
+    assert c.consistent() and c.repo_hit_num == 0
+    assert c.total_num == 3  # mm_a/mm_b share a case; mystery is skipped
+    assert c.repo_add_num + c.repo_unsatisfied_num == 3
+    assert first.cases_tuned == 3
+    assert [r.op_name for r in first.skipped] == ["mystery"]
+    assert first.status == SUCCESS
+    section = first.to_result_section()
+    jsonschema.validate(section, OPAT_SECTION_SCHEMA)
+    assert {r["op_name"] for r in section["repo_modified_operators"]} >= {"mm_a", "mm_b"}
+    assert len(_bank_items(tmp_path)) == c.repo_add_num
+
+    second = tune_graph(g, SOC, tmp_path, NO_BUILTIN)
+    assert second.counters.repo_hit_num == c.repo_add_num
+    assert second.counters.repo_reserved_num == c.repo_add_num
+    assert second.evaluations <= first.evaluations - 1  # hits are not tuned again
+    assert not second.to_result_section()["repo_modified_operators"]
+
+    again = tune_graph(g, SOC, tmp_path, dataclasses.replace(NO_BUILTIN, repeat_tune=True))
+    assert again.counters.repo_update_num == 0  # nothing better than the tuned strategies exists
+    assert again.counters.repo_reserved_num == c.repo_add_num and again.counters.consistent()
+
+
+def test_without_a_bank_dir_nothing_is_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rep = tune_graph(small_opat_graph(), SOC, None, NO_BUILTIN)
+    assert rep.counters.total_num == 3 and rep.counters.repo_add_num >= 1
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_worse_bank_entry_is_updated_under_repeat_tune(tmp_path):
+    g = single_ops_graph([mm_op(1024, 1024, 1024, "mm")])
+    case = describe(g, g.ops[0])
+    bad = sim.default_strategy(SOC, case.default.sim_op)
+    bad = dict(bad, usedCoreNum=1, singleCoreM=1024, singleCoreN=1024)  # one core: slow but valid
+    slow = sim.simulate(SOC, case.default.sim_op, bad)
+    assert slow.valid
+    bank = OpBank(tmp_path, SOC.name, SOC.cube_cores)
+    bank.put(case.op_type, case.key, {**bad, "impl": "standard"}, slow.time_us)
+    hit = tune_graph(g, SOC, tmp_path, NO_BUILTIN)
+    assert hit.counters.repo_reserved_num == 1 and hit.records[0].before_us == pytest.approx(slow.time_us)
+    upd = tune_graph(g, SOC, tmp_path, dataclasses.replace(NO_BUILTIN, repeat_tune=True))
+    assert upd.counters.repo_update_num == 1
+    rec = upd.to_result_section()["repo_modified_operators"][0]
+    first_kind = next(iter(rec["tune_performance"].values()))
+    assert first_kind["update_mode"] == "update"
+    assert first_kind["performance_before_tune(us)"] == pytest.approx(slow.time_us, abs=1e-3)
+    assert bank.lookup(case.op_type, case.key).perf_us < slow.time_us
+
+
+def test_unsatisfied_when_nothing_beats_the_default(tmp_path):
+    g = single_ops_graph([vec_op("Relu", (64, 1024), "relu")])
+    case = describe(g, g.ops[0])
+    d = sim.default_strategy(SOC, case.default.sim_op)
+    default_row = np.array([d[f] for f in sim.strategy_fields(case.default.sim_op)])
+
+    def default_is_best(o, rows):
+        return np.where((rows == default_row).all(axis=1), 1.0, 2.0)
+
+    r = tune_graph(g, SOC, tmp_path, dataclasses.replace(NO_BUILTIN, measure=default_is_best))
+    assert r.counters.repo_unsatisfied_num == 1 and r.counters.repo_add_num == 0
+    assert r.records[0].outcome == "unsatisfied" and r.records[0].after_us == r.records[0].before_us == 1.0
+    assert not _bank_items(tmp_path)
+
+
+def test_a_failing_operator_does_not_stop_the_others(tmp_path):
+    g = small_opat_graph()
+
+    def flaky(o, rows):
+        if isinstance(o, sim.VectorOp) and o.op_type == "SoftmaxV2":
+            raise RuntimeError("device lost")
+        return simulator_measure(SOC)(o, rows)
+
+    r = tune_graph(g, SOC, tmp_path, dataclasses.replace(NO_BUILTIN, measure=flaky))
+    assert r.status == FAILED
+    assert r.failed == ["softmax"]
+    assert "device lost" in next(x.error for x in r.records if x.op_name == "softmax")
+    section = r.to_result_section()
+    jsonschema.validate(section, OPAT_SECTION_SCHEMA)
+    assert section["tuning_failed_operators"] == ["softmax"]
+    assert any(x.op_name == "relu" and x.outcome for x in r.records)
+
+
+def test_only_limits_the_operators():
+    g = small_opat_graph()
+    only = tune_graph(g, SOC, None, NO_BUILTIN, only={"relu", "mm_b"})
+    assert [r.op_name for r in only.records] == ["mm_b", "relu"]
+    assert only.counters.total_num == 2
+    nothing = tune_graph(g, SOC, None, NO_BUILTIN, only=set())
+    assert nothing.records == [] and nothing.to_result_section() is None
+
+
+def test_config_values_are_checked():
+    with pytest.raises(AoeError, match="workers"):
+        OpatConfig(workers=0)
+    with pytest.raises(AoeError, match="tuning kinds"):
+        OpatConfig(kinds=("Tiling",))
+    with pytest.raises(AoeError, match="op_select_implmode"):
+        OpatConfig(implmode="exact")
+
+
+def test_parallel_workers_give_the_serial_result(tmp_path):
+    g = small_opat_graph()
+    serial = tune_graph(g, SOC, tmp_path / "a", NO_BUILTIN)
+    parallel = tune_graph(g, SOC, tmp_path / "b", dataclasses.replace(NO_BUILTIN, workers=2))
+    assert [(r.op_name, r.outcome, r.after_us) for r in serial.records] == \
+        [(r.op_name, r.outcome, r.after_us) for r in parallel.records]
+    assert serial.to_result_section() == parallel.to_result_section()
+    assert _bank_items(tmp_path / "a") == _bank_items(tmp_path / "b")
+
+
+# --- the tuner contract: events, stop, resume ------------------------------------------------------
+
+def test_events_start_once_then_one_case_done_per_case():
+    ev = Recorder()
+    rep = tune_graph(small_opat_graph(), SOC, None, NO_BUILTIN, events=ev)
+    assert ev.log[0] == ("start", 3) and sum(1 for e in ev.log if e[0] == "start") == 1
+    cases = ev.log[1:]
+    assert [c[1] for c in cases] == [("mm_a", "mm_b"), ("softmax",), ("relu",)]   # a shared case: one event
+    assert all(c[2] is False for c in cases)                  # nothing was in a bank
+    assert all(c[3] == INCOMPLETE for c in cases)             # the live report says so until the end
+    assert ev.report is rep and rep.status == SUCCESS
+
+
+def test_hits_are_reported_as_hits(tmp_path):
+    g = small_opat_graph()
+    first = tune_graph(g, SOC, tmp_path, NO_BUILTIN)
+    ev = Recorder()
+    tune_graph(g, SOC, tmp_path, NO_BUILTIN, events=ev)
+    added = {r.op_name for r in first.records if r.outcome == "add"}
+    for _, names, hit, _ in ev.log[1:]:
+        assert hit == bool(set(names) & added)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_should_stop_ends_incomplete_with_a_valid_partial_section(tmp_path, workers):
+    g = small_opat_graph()
+    ev = Recorder(stop_after=1)
+    rep = tune_graph(g, SOC, tmp_path, dataclasses.replace(NO_BUILTIN, workers=workers), events=ev)
+    assert rep.status == INCOMPLETE
+    assert [e[1] for e in ev.log[1:]] == [("mm_a", "mm_b")]          # no case after the stop
+    assert {r.op_name for r in rep.records if r.outcome} == {"mm_a", "mm_b"}
+    sec = rep.to_result_section()
+    jsonschema.validate(sec, OPAT_SECTION_SCHEMA)
+    assert sec["opat_tuning_result"] == INCOMPLETE and sec["repo_summary"]["total_num"] == 1
+    assert "tuning_failed_operators" not in sec
+
+
+def test_resume_from_state_gives_the_uninterrupted_result(tmp_path):
+    g = small_opat_graph()
+    full = tune_graph(g, SOC, tmp_path / "full", NO_BUILTIN)
+    ev = Recorder(stop_after=2)
+    cut = tune_graph(g, SOC, tmp_path / "cut", NO_BUILTIN, events=ev)
+    assert cut.status == INCOMPLETE
+    # what the job keeps on disk between the runs: the records' JSON state
+    done = {r.key: record_from_state(r.to_state()) for r in cut.records if not r.skipped}
+    assert set(done) == {"mm_a", "mm_b", "softmax"}
+    ev2 = Recorder()
+    resumed = tune_graph(g, SOC, tmp_path / "cut", NO_BUILTIN, events=ev2, done=done)
+    assert ev2.log[0] == ("start", 1) and [e[1] for e in ev2.log[1:]] == [("relu",)]   # only what was left
+    assert resumed.status == SUCCESS
+    assert resumed.to_result_section() == full.to_result_section()
+    assert resumed.counters == full.counters
+    assert _bank_items(tmp_path / "cut") == _bank_items(tmp_path / "full")
+
+
+def test_a_resumed_run_counts_shared_cases_once(tmp_path):
+    g = small_opat_graph()
+    full = tune_graph(g, SOC, tmp_path / "a", NO_BUILTIN)
+    done = {r.op_name: r for r in full.records if r.op_name in ("mm_a", "mm_b")}  # one shared case
+    resumed = tune_graph(g, SOC, tmp_path / "b", NO_BUILTIN, done=done)
+    assert resumed.counters.total_num == full.counters.total_num
+    assert resumed.counters.consistent()
+    assert resumed.cases_tuned == 2           # softmax and relu; the matmul case was kept

@@ -1,0 +1,190 @@
+"""OPAT search: the drivers, the factored spaces they walk, and the measures they call."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from aoe import AoeError, sim
+from aoe.opat import Budget, tune_op
+from aoe.opat.search import (SimulatorMeasure, as_measure, beam, exhaustive, random_search, search,
+                             simulator_measure)
+from aoe.opat.space import space_for
+from aoe.soc import load_soc
+
+SOC = load_soc("Ascend910B2")
+
+
+# --- drivers ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op", [sim.MatMul(m=128, n=128, k=64), sim.MatMul(m=96, n=80, k=200, batch=3),
+                                sim.VectorOp("SoftmaxV2", (64, 1000)),
+                                sim.Conv2D(x=(2, 16, 14, 14), weight=(32, 16, 3, 3), pads=(1, 1, 1, 1))])
+def test_search_finds_the_known_optimum_of_small_spaces(op):
+    space = space_for(SOC, op)
+    measure = simulator_measure(SOC)
+    brute = min(float(np.min(measure(op, chunk))) for chunk in space.chunks())
+    res = search(space, op, measure, Budget(evaluations=10_000_000))
+    assert res.driver == "exhaustive"
+    assert res.time_us == brute
+    # the beam search on the same space reaches the same optimum here
+    assert beam(space, op, measure, Budget(evaluations=10_000_000)).time_us == pytest.approx(brute, rel=0.01)
+
+
+@pytest.mark.parametrize("shape", [(4096, 768, 3072), (768, 768, 4096), (4096, 3072, 768)])
+def test_beam_is_within_one_percent_of_exhaustive(shape):
+    m, n, k = shape
+    op = sim.MatMul(m=m, n=n, k=k)
+    space = space_for(SOC, op)
+    measure = simulator_measure(SOC, threads=2)
+    best = exhaustive(space, op, measure).time_us
+    found = beam(space, op, measure, Budget(evaluations=100_000))
+    assert found.evaluations <= 100_000
+    assert found.time_us <= best * 1.01
+
+
+def test_search_is_deterministic_and_respects_the_budget():
+    op = sim.MatMul(m=2048, n=1024, k=1024)
+    space = space_for(SOC, op)
+    calls = []
+
+    def counting(o, rows):
+        calls.append(len(rows))
+        return simulator_measure(SOC)(o, rows)
+
+    a = beam(space, op, counting, Budget(evaluations=5_000), seed=7)
+    assert sum(calls) == a.evaluations <= 5_000
+    b = beam(space, op, counting, Budget(evaluations=5_000), seed=7)
+    assert a.time_us == b.time_us and np.array_equal(a.row, b.row)
+    r = random_search(space.all_rows(), op, counting, Budget(evaluations=777), seed=1)
+    assert r.evaluations == 777
+    t1 = tune_op(op, budget=Budget(evaluations=3_000), seed=3)
+    t2 = tune_op(op, budget=Budget(evaluations=3_000), seed=3)
+    assert t1.strategy == t2.strategy and t1.after_us == t2.after_us
+    assert t1.evaluations <= 3_000 * 3  # each kind stays within its share of the budget
+
+
+def test_a_small_budget_climbs_from_canns_default():
+    op = sim.MatMul(m=768, n=3072, k=4096, trans_a=True)
+    space = space_for(SOC, op)
+    measure = simulator_measure(SOC)
+    a = search(space, op, measure, Budget(evaluations=150), seed=2)
+    assert a.driver == "local" and a.evaluations <= 150
+    assert a.time_us <= sim.simulate(SOC, op).time_us  # never worse than where it started
+    assert space.member(a.row[None, :])[0]  # stays inside the space it searches
+    b = search(space, op, measure, Budget(evaluations=150), seed=2)
+    assert np.array_equal(a.row, b.row)
+
+
+def test_local_search_stops_when_the_reachable_space_is_used_up():
+    # a tiny space and a budget larger than it: the climb must end, not spin on seen points
+    op = sim.MatMul(m=1, n=2048, k=1000)
+    space = space_for(SOC, op)
+    res = search(space, op, simulator_measure(SOC), Budget(evaluations=len(space.outer) - 1))
+    assert res.driver == "local" and res.found and res.evaluations < len(space.outer)
+
+
+def test_budgets_are_checked():
+    with pytest.raises(AoeError, match="at least 1"):
+        Budget(evaluations=0)
+    with pytest.raises(AoeError, match="positive"):
+        Budget(evaluations=None, seconds=0)
+
+
+# --- spaces -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op", [sim.MatMul(m=512, n=384, k=640), sim.VectorOp("Relu", (64, 4096)),
+                                sim.Conv2D(x=(2, 32, 28, 28), weight=(64, 32, 3, 3), pads=(1, 1, 1, 1))])
+def test_every_strategy_of_a_space_is_a_member_and_its_default_is_in_it(op):
+    space = space_for(SOC, op)
+    rows = space.all_rows()
+    assert len(rows) > 1 and space.member(rows).all()
+    assert space.size_at_most(len(rows)) and not space.size_at_most(len(rows) - 1)
+    times = sim.simulate_times(SOC, op, rows)[0]
+    assert np.isfinite(times).any()
+    default = sim.default_strategy(SOC, op)
+    row = np.array([[default[f] for f in space.fields]], dtype=np.int64)
+    assert space.member(row)[0]
+    assert np.nanmin(np.where(np.isfinite(times), times, np.nan)) <= sim.simulate(SOC, op).time_us
+
+
+def test_lower_bounds_never_exceed_the_simulated_times_of_their_outer_choice():
+    op = sim.MatMul(m=1024, n=2048, k=512)
+    space = space_for(SOC, op)
+    assert space.lower_bound is not None and len(space.lower_bound) == len(space.outer)
+    times = sim.simulate_times(SOC, op, space.outer)[0]
+    ok = np.isfinite(times)
+    assert ok.any() and (space.lower_bound[ok] <= times[ok] * (1 + 1e-9)).all()
+
+
+# --- measures -----------------------------------------------------------------------------------
+
+def test_as_measure_prunes_only_for_the_simulator():
+    sim_measure = simulator_measure(SOC)
+    assert isinstance(sim_measure, SimulatorMeasure) and sim_measure.bound_is_exact
+    assert as_measure(sim_measure) is sim_measure        # already a measure: kept as it is
+
+    def plain(o, rows):
+        return sim_measure(o, rows)
+
+    wrapped = as_measure(plain)
+    assert wrapped.bound_is_exact is False
+    op = sim.MatMul(m=512, n=512, k=512)
+    rows = space_for(SOC, op).outer[:50]
+    assert np.array_equal(wrapped(op, rows), sim_measure(op, rows))
+
+
+def test_a_faster_device_is_searched_without_pruning():
+    # A 'device' 1000x faster than the simulator: the simulator's lower bounds would prune every
+    # candidate after the first one, so through tune_op (as_measure) they must only order.
+    op = sim.MatMul(m=1024, n=1024, k=2048)
+    sim_measure = simulator_measure(SOC)
+
+    def fast_device(o, rows):
+        return sim_measure(o, rows) / 1000.0
+
+    budget = Budget(evaluations=20_000)
+    on_sim = tune_op(op, kinds=("Schedule",), budget=budget)
+    on_device = tune_op(op, kinds=("Schedule",), budget=budget, measure=fast_device)
+    assert on_device.after_us * 1000.0 == pytest.approx(on_sim.after_us, rel=1e-9)
+    assert on_device.evaluations == budget.evaluations + 1   # the whole budget (+ the default) was spent
+    # pruning with bounds that do not bind the measure stops at once, at a worse strategy
+    space = space_for(SOC, op)
+    wrong = beam(space, op, fast_device, budget, prune=True)
+    assert wrong.evaluations < budget.evaluations // 2
+    assert wrong.time_us * 1000.0 > on_sim.after_us * 1.02
+
+
+def test_the_simulator_prunes_without_losing_the_optimum():
+    op = sim.MatMul(m=2048, n=2048, k=1024)
+    space = space_for(SOC, op)
+    measure = simulator_measure(SOC)
+    budget = Budget(evaluations=None)
+    pruned = beam(space, op, measure, budget, prune=True)
+    full = beam(space, op, measure, budget, prune=False)
+    assert pruned.evaluations < full.evaluations
+    assert pruned.time_us == full.time_us
+
+
+def test_a_user_measure_function_is_called_and_obeyed():
+    op = sim.MatMul(m=512, n=512, k=512)
+    seen = []
+
+    def fewest_cores_win(o, rows):
+        """A 'device' on which only the core count matters: fewer cores, faster."""
+        seen.append(len(rows))
+        t = sim.simulate_times(SOC, o, rows)[0]
+        return np.where(np.isfinite(t), rows[:, 0].astype(float), np.inf)
+
+    res = tune_op(op, kinds=("Schedule",), measure=fewest_cores_win, budget=Budget(evaluations=10_000_000))
+    assert seen and sum(seen) == res.evaluations
+    rows = space_for(SOC, op).all_rows()
+    valid = np.isfinite(sim.simulate_times(SOC, op, rows)[0])
+    fewest = int(rows[valid, 0].min())  # the fewest cores any strategy of the space uses
+    assert res.strategy["usedCoreNum"] == fewest
+    assert res.after_us == float(fewest)
+
+
+def test_a_broken_measure_is_a_clear_error():
+    op = sim.MatMul(m=64, n=64, k=64)
+    with pytest.raises(AoeError, match="returned"):
+        tune_op(op, kinds=("Schedule",), measure=lambda o, rows: np.zeros(3))

@@ -1,0 +1,131 @@
+"""OPAT on one case: Schedule, Format and Impl, precision modes, implementation classes."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from aoe import AoeError, sim
+from aoe.ops import HIGH_PERFORMANCE, HIGH_PRECISION, describe
+from aoe.opat import Budget, tune_op
+from aoe.opat.space import space_for
+from aoe.opat.tune import KINDS, case_for, matmul_impl_class, tune_case
+from aoe.soc import load_soc
+from conftest import mm_op, single_ops_graph, vec_op
+
+SOC = load_soc("Ascend910B2")
+
+
+# --- the case of an operator --------------------------------------------------------------------
+
+def test_case_for_a_descriptor_is_the_case_of_its_graph_operator():
+    from_sim = case_for(sim.MatMul(m=256, n=128, k=512))
+    g = single_ops_graph([mm_op(256, 512, 128, "x")])
+    from_graph = describe(g, g.ops[0])
+    assert from_sim.case_id == from_graph.case_id
+    assert from_sim.default.sim_op == from_graph.default.sim_op
+    assert case_for(from_graph) is from_graph
+    relu = case_for(vec_op("Relu", (32, 512), "r"))
+    assert relu.op_type == "Relu" and relu.default.sim_op.shape == (32, 512)
+    with pytest.raises(AoeError, match="cannot tune"):
+        case_for(42)
+    with pytest.raises(AoeError, match="gradient"):
+        case_for(sim.Conv2D(x=(1, 16, 8, 8), weight=(16, 16, 3, 3), op_type="Conv2DBackpropInput"))
+
+
+def test_bad_kinds_and_precision_modes_are_refused():
+    case = case_for(sim.MatMul(m=64, n=64, k=64))
+    with pytest.raises(AoeError, match="subset of Schedule, Format, Impl"):
+        tune_case(case, SOC, kinds=("Tiling",))
+    with pytest.raises(AoeError, match="subset"):
+        tune_case(case, SOC, kinds=())
+    with pytest.raises(AoeError, match="op_select_implmode"):
+        tune_case(case, SOC, implmode="fast")
+
+
+# --- kinds --------------------------------------------------------------------------------------
+
+def test_format_tuning_charges_the_transdata_it_needs():
+    g = single_ops_graph([mm_op(4096, 1024, 4096, "proj")])
+    g.tensors["proj:in0"].kind = "activation"
+    case = describe(g, g.ops[0])
+    nz_a = next(v for v in case.formats if v.label.startswith("NZ,"))
+    assert nz_a.extra_ops and nz_a.extra_ops[0].op_type == "TransData"
+    free_b = next(v for v in case.formats if v.label == "ND,NZ,ND")
+    assert not free_b.extra_ops  # the weight can be stored in FRACTAL_NZ: no conversion
+    res = tune_case(case, SOC)
+    kernel_only = {v.label: sim.simulate(SOC, v.sim_op, res.strategy).time_us
+                   for v in case.formats if sim.simulate(SOC, v.sim_op, res.strategy).valid}
+    if res.variant.startswith("NZ,"):
+        transdata = sum(sim.simulate(SOC, t).time_us for t in nz_a.extra_ops)
+        assert res.after_us == pytest.approx(kernel_only[res.variant] + transdata)
+    else:
+        assert res.after_us == pytest.approx(kernel_only[res.variant])
+
+
+def test_each_kind_reports_its_own_gain():
+    res = tune_op(sim.Conv2D(x=(8, 64, 28, 28), weight=(64, 1, 3, 3), pads=(1, 1, 1, 1), groups=64))
+    gains = res.helped_kinds()
+    assert "Impl" in gains and res.impl == "depthwise_vector"  # depthwise on the Vector unit beats the Cube
+    chain = [res.before_us] + [gains[k].after_us for k in ("Schedule", "Format", "Impl") if k in gains]
+    assert chain == sorted(chain, reverse=True) and chain[-1] == pytest.approx(res.after_us)
+    only = tune_op(sim.Conv2D(x=(8, 64, 28, 28), weight=(64, 1, 3, 3), pads=(1, 1, 1, 1), groups=64),
+                   kinds=("Schedule",))
+    assert set(only.kinds) == {"Schedule"} and only.impl != "depthwise_vector"
+
+
+@pytest.mark.parametrize("kinds", [("Schedule",), ("Format",), ("Impl",), ("Schedule", "Impl"), KINDS])
+def test_only_the_asked_kinds_run_and_none_makes_it_slower(kinds):
+    op = sim.MatMul(m=2048, n=512, k=1024)
+    res = tune_op(op, kinds=kinds, budget=Budget(evaluations=4_000))
+    assert set(res.kinds) == set(kinds)
+    assert res.before_us == pytest.approx(sim.simulate(SOC, op).time_us)   # the "before" is CANN's default
+    assert res.after_us <= res.before_us
+    for g in res.kinds.values():
+        assert g.after_us <= g.before_us
+
+
+def test_the_tuned_strategy_prices_as_reported():
+    op = sim.MatMul(m=1024, n=4096, k=1024)
+    res = tune_op(op, kinds=("Schedule",), budget=Budget(evaluations=5_000))
+    assert res.improved and res.variant == "ND,ND,ND"
+    assert sim.simulate(SOC, op, res.strategy).time_us == pytest.approx(res.after_us)
+    assert {k: res.knowledge[k] for k in res.strategy} == res.strategy   # the bank gets the same tiling
+
+
+# --- precision modes and implementation classes ---------------------------------------------------
+
+@pytest.mark.parametrize("op", [sim.VectorOp("ReduceSumD", (4096, 1024), axes=(0, 1)),
+                                sim.VectorOp("ReduceMeanD", (16, 65536), axes=(1,)),
+                                sim.MatMul(m=4, n=8192, k=4096)])
+def test_no_impl_violates_high_precision(op):
+    case = case_for(op)
+    res = tune_case(case, SOC, implmode=HIGH_PRECISION)
+    if isinstance(op, sim.VectorOp):
+        assert res.strategy["impl"] != 1  # atomic multi-core accumulation is high_performance only
+    chosen = [v for v in case.impls if v.label == res.impl or v.knowledge.get("impl") == res.strategy.get("impl")]
+    for v in chosen:
+        assert HIGH_PRECISION in v.modes
+    assert res.impl != "vector_gemv"
+
+
+def test_high_precision_never_splits_k_across_cores():
+    # Split-K adds partial sums of several cores in an order that changes the rounding, like the
+    # atomic reductions the catalogue allows under high_performance only.
+    op = sim.MatMul(m=64, n=64, k=16384)        # a long K with a tiny output: split-K wins when allowed
+    case = case_for(op)
+    fast = tune_case(case, SOC, implmode=HIGH_PERFORMANCE)
+    assert fast.impl == "split_k"
+    careful = tune_case(case, SOC, implmode=HIGH_PRECISION)
+    assert careful.impl != "split_k"
+    row = np.array([[careful.strategy[f] for f in sim.strategy_fields(careful.sim_op)]], dtype=np.int64)
+    assert matmul_impl_class(careful.sim_op, row)[0] != 3
+
+
+def test_matmul_impl_classes_partition_the_space():
+    op = sim.MatMul(m=1024, n=1024, k=1024)
+    rows = space_for(SOC, op).all_rows()
+    classes = matmul_impl_class(op, rows)
+    assert set(np.unique(classes)) == {0, 1, 2, 3}
+    f = sim.strategy_fields(op)
+    split = rows[:, f.index("singleCoreK")] < op.k
+    assert (classes[split] == 3).all() and (classes[~split] != 3).all()
