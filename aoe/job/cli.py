@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from ..errors import AoeError
+from ..graph.loader import framework_name
 from . import config as cfg
 
 DEFAULT_SOC = "Ascend910B2"
@@ -28,7 +29,7 @@ EPILOG = """examples:
   aoe -m zoo:bert_base -j 2 --training --input_shape "input_ids:8,128;attention_mask:8,128"
   aoe -m model.onnx -j 1 --soc_version Ascend910A --input_shape "input:8,3,224,224"
   aoe -m zoo:mobilenet_v2 -j 2 --tune_ops_file ops.json     # {"tune_ops_type": ["Conv2D"]}
-  aoe --singleop ops.json -j 2                              # single operators (see aoe.opat.single)
+  aoe --singleop ops.json -j 2                              # single operators (see aoe/graph/README.md)
   AOE_MODE=2 TUNE_BANK_PATH=$PWD/bank aoe -m zoo:gpt2       # driven by the environment
   aoe -m zoo:resnet50 -j 2 --reload                         # resume an interrupted job
   aoe verify -m zoo:resnet50                                # default strategies vs. the tuned banks
@@ -60,8 +61,6 @@ exit codes: 0 tuning successful, 1 tuning failed (some operators) or incomplete,
 environment error, 130 / 143 interrupted by SIGINT / SIGTERM (the result file says
 "tuning incomplete"; --reload continues it)."""
 
-FRAMEWORKS = {"5": "ONNX", "onnx": "ONNX", "json": "JSON graph"}
-OTHER_FRAMEWORKS = {"0": "Caffe", "1": "MindSpore", "3": "TensorFlow"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -78,7 +77,8 @@ def job_parser() -> argparse.ArgumentParser:
     p.add_argument("-j", "--job_type", metavar="{1,2}",
                    help="1 = subgraph tuning (SGAT), 2 = operator tuning (OPAT); default: $AOE_MODE")
     p.add_argument("-f", "--framework", metavar="FW",
-                   help="5 = ONNX (also zoo models); json = the project's JSON graph (default: from the file)")
+                   help="5 = ONNX (also zoo models), 3 = TensorFlow (a SavedModel directory or a frozen .pb; "
+                        "needs the tensorflow extra), json = the project's JSON graph (default: from the file)")
     p.add_argument("--soc_version", default=DEFAULT_SOC,
                    help=f"simulated SoC, or a path to a CANN platform .ini (default {DEFAULT_SOC})")
     p.add_argument("--input_shape", metavar="SHAPES", help='static input shapes: "name1:d0,d1;name2:d0,d1"')
@@ -106,23 +106,6 @@ def job_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _framework(value: str | None, model: str | None) -> None:
-    if value is None:
-        return
-    v = value.strip().lower()
-    if v in OTHER_FRAMEWORKS:
-        raise AoeError(f"--framework {value} ({OTHER_FRAMEWORKS[v]}) is not supported by this re-creation; "
-                       "export the model to ONNX and use --framework 5")
-    if v not in FRAMEWORKS:
-        raise AoeError(f"--framework {value!r} is not valid; use 5 (ONNX) or json (the project's JSON graph)")
-    if model and not model.startswith("zoo:"):
-        is_json = model.lower().endswith(".json")
-        if v == "json" and not is_json:
-            raise AoeError(f"--framework json expects a .json graph file, got {model!r}")
-        if v in ("5", "onnx") and is_json:
-            pass  # the JSON graph is the project's own form of an imported ONNX model: accepted
-
-
 def _print(line: str) -> None:
     print(line, flush=True)
 
@@ -144,7 +127,7 @@ def main(argv: list[str]) -> int:
                        "--singleop FILE; run `aoe --help` for examples")
     if args.model and args.singleop:
         raise AoeError("pass either --model or --singleop, not both")
-    _framework(args.framework, args.model)
+    framework = framework_name(args.framework)  # a bad value fails before anything is loaded
     if args.summary_top < 0:
         raise AoeError("--summary_top must be 0 or more")
     tune_ops = cfg.load_tune_ops(args.tune_ops_file) if args.tune_ops_file else None
@@ -156,7 +139,8 @@ def main(argv: list[str]) -> int:
         if not os.path.isabs(p) and settings.config_path is not None:
             p = os.path.join(os.path.dirname(settings.config_path), p)
         tune_ops = cfg.load_tune_ops(p)
-    spec = JobSpec(mode=mode, model=args.model, singleop=args.singleop, input_shape=args.input_shape,
+    spec = JobSpec(mode=mode, model=args.model, framework=framework, singleop=args.singleop,
+                   input_shape=args.input_shape,
                    training=args.training, soc=args.soc_version, tune_ops=tune_ops,
                    compute_dtype=args.compute_dtype,
                    output=None if args.output is None else __import__("pathlib").Path(args.output))

@@ -99,12 +99,7 @@ def load_graph(spec: JobSpec) -> Any:
     if spec.singleop:
         if spec.mode != 2:
             raise AoeError("--singleop is for operator tuning: use --job_type 2")
-        from ..opat.single import load_single_ops
-
-        graph = load_single_ops(spec.singleop)
-        if spec.training:
-            raise AoeError("--training cannot be used with --singleop")
-        return graph
+        return g.load(spec.singleop, training=spec.training, framework="singleop")
     if spec.graph is not None:
         graph = spec.graph
         if spec.training and not graph.training:
@@ -113,7 +108,8 @@ def load_graph(spec: JobSpec) -> Any:
     if not spec.model:
         raise AoeError("no model given: pass --model/-m MODEL (an .onnx file, a .json graph or zoo:NAME) "
                        "or --singleop FILE")
-    return g.load(spec.model, spec.input_shape, training=spec.training, compute_dtype=spec.compute_dtype)
+    return g.load(spec.model, spec.input_shape, training=spec.training, compute_dtype=spec.compute_dtype,
+                  framework=spec.framework)
 
 
 # --- the tuners, as the job sees them ------------------------------------------------------------

@@ -33,7 +33,8 @@ class JobSpec:
     """What one tuning task tunes."""
 
     mode: int                                   # 1 = subgraph (SGAT), 2 = operator (OPAT)
-    model: str | None = None                    # .onnx / .json path or zoo:NAME
+    model: str | None = None                    # .onnx / .json path, zoo:NAME, a TensorFlow model
+    framework: str | None = None                # aoe.graph.load's framework (None: from the file)
     graph: Any = None                           # an aoe.graph.Graph instead of `model`
     singleop: str | None = None                 # a single-operator JSON file (OPAT only)
     input_shape: Any = None

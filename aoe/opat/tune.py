@@ -22,6 +22,7 @@ import numpy as np
 
 from ..errors import AoeError
 from ..bank.schema import schema_for
+from ..graph.singleop import single_ops_graph
 from ..ops import HIGH_PERFORMANCE, IMPL_MODES, OpCase, Variant, describe
 from ..sim import Conv2D, MatMul, SimOp, VectorOp, default_strategy, simulate, strategy_fields
 from ..sim.heuristics import MM_FIELDS, default_vector
@@ -337,8 +338,6 @@ def _family_placeholder(case: OpCase) -> dict[str, int]:
 
 def case_for(op: Any) -> OpCase:
     """The tuning case of a simulator descriptor, a single-operator description dict, or an OpCase."""
-    from .single import single_ops_graph
-
     if isinstance(op, OpCase):
         return op
     if isinstance(op, dict):
