@@ -19,19 +19,23 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import aoe.graph
-from aoe.bank.decision import Outcome
 from aoe.bank.subgraph import SubgraphBank
 from aoe.errors import AoeError
 from aoe.graph.ir import Graph, Op, Tensor
-from aoe.sgat import (SGAT_SECTION_SCHEMA, apply_bank, evaluate, improvement, partition, prepare, tune_graph,
-                      unfused_plan)
+from aoe.opat.apply import select_ops
+from aoe.sgat import SGAT_SECTION_SCHEMA, SgatConfig, apply_bank, prepare, tune_graph
+from aoe.sgat.evaluator import evaluate, unfused_plan
 from aoe.sgat.keys import plan_knowledge
+from aoe.sgat.partition import partition
+from aoe.sgat.report import record_from_state
 from aoe.sgat.model import BARRIER, N_SPLITS, N_TILES, S_SEPARATED, S_UB
 from aoe.sgat.partition import MAX_CUBE, MAX_OPS, is_cube
 from aoe.sgat.search import EXHAUSTIVE_LIMIT, all_plans, beam, dp_chain, exhaustive, search
 from aoe.soc import load_soc
+from aoe.tuning import INCOMPLETE, SUCCESS, Events, Outcome, improvement
 
 SOC = "Ascend910A"
+REPEAT = SgatConfig(repeat_tune=True)
 MODELS = {
     "bert_base": ("zoo:bert_base", "input_ids:32,128;attention_mask:32,128"),
     "resnet50": ("zoo:resnet50", "input:32,3,224,224"),
@@ -49,6 +53,31 @@ def _graph(name: str) -> Graph:
 @lru_cache(maxsize=None)
 def _prepared(name: str):
     return prepare(_graph(name), load_soc(SOC))
+
+
+class Recorder(Events):
+    """Remembers what a tuner reports; stops after `stop_after` subgraphs when asked to."""
+
+    def __init__(self, sink: list | None = None, stop_after: int | None = None) -> None:
+        self.records = sink if sink is not None else []
+        self.started: list[int] = []
+        self.hits: list[bool] = []
+        self.partial: list[tuple[int, float, str]] = []
+        self.report = None
+        self.stop_after = stop_after
+
+    def start(self, n_cases, report) -> None:
+        self.started.append(n_cases)
+        self.report = report
+
+    def case_done(self, records, hit) -> None:
+        self.records.extend(records)
+        self.hits.append(hit)
+        rep = self.report
+        self.partial.append((len(rep.records), rep.model_result_us, rep.status))
+
+    def should_stop(self) -> bool:
+        return self.stop_after is not None and len(self.hits) >= self.stop_after
 
 
 # --- partition -----------------------------------------------------------------------------------
@@ -345,7 +374,7 @@ def test_ascend910_93_is_refused() -> None:
 def test_bank_outcomes_follow_the_decision_rule(tmp_path) -> None:
     g = _graph("resnet50")
     seen = []
-    first = tune_graph(g, SOC, bank_dir=tmp_path, on_subgraph=seen.append)
+    first = tune_graph(g, SOC, bank_dir=tmp_path, events=Recorder(seen))
     c = first.counters
     assert c.consistent() and c.repo_add_num > 0 and c.repo_hit_num == 0
     assert c.repo_add_num + c.repo_unsatisfied_num == c.total_num == len(first.records) == len(seen)
@@ -367,7 +396,7 @@ def test_bank_outcomes_follow_the_decision_rule(tmp_path) -> None:
     assert second.to_result_section()["repo_modified_subgraphs"] == {"add_repo_subgraphs": [],
                                                                      "update_repo_subgraphs": []}
     # REPEAT_TUNE=True with the optimum already banked: nothing better, all reserved
-    third = tune_graph(g, SOC, bank_dir=tmp_path, repeat_tune=True)
+    third = tune_graph(g, SOC, bank_dir=tmp_path, config=REPEAT)
     assert third.counters.repo_reserved_num == c.repo_add_num and third.counters.repo_update_num == 0
 
 
@@ -384,7 +413,7 @@ def test_worse_banked_plan_is_updated_only_with_repeat_tune(tmp_path) -> None:
     kept = tune_graph(g, SOC, bank_dir=tmp_path)
     assert kept.counters.repo_reserved_num == kept.counters.total_num == len(prep.cases)
     assert kept.model_result_us == pytest.approx(kept.model_baseline_us)
-    upd = tune_graph(g, SOC, bank_dir=tmp_path, repeat_tune=True)
+    upd = tune_graph(g, SOC, bank_dir=tmp_path, config=REPEAT)
     cu = upd.counters
     assert cu.consistent() and cu.repo_update_num > 0 and cu.repo_add_num == 0
     assert cu.repo_update_num + cu.repo_reserved_num == cu.total_num
@@ -416,16 +445,46 @@ def test_dynamic_and_unknown_operators_are_skipped_with_a_reason() -> None:
     jsonschema.validate(rep.to_result_section(), SGAT_SECTION_SCHEMA)
 
 
-def test_progress_callbacks_see_every_case_in_order() -> None:
+def test_events_see_every_case_in_order() -> None:
     g = _graph("gpt2")
-    recs, partial = [], []
-    rep = tune_graph(g, SOC, on_subgraph=recs.append,
-                     on_progress=lambda r: partial.append((len(r.records), r.model_result_us, r.complete)))
-    assert [r.repo_key for r in recs] == [r.repo_key for r in rep.records]
-    assert [p[0] for p in partial] == list(range(1, len(rep.records) + 1))
-    assert all(not p[2] for p in partial) and rep.complete
-    assert partial[-1][1] == pytest.approx(rep.model_result_us)
-    assert all(b[1] <= a[1] + 1e-9 for a, b in zip(partial, partial[1:]))   # only ever gets faster
+    ev = Recorder()
+    rep = tune_graph(g, SOC, events=ev)
+    assert ev.started == [rep.n_cases] and ev.report is rep
+    assert [r.repo_key for r in ev.records] == [r.repo_key for r in rep.records]
+    assert ev.hits == [False] * len(rep.records)                           # no bank: nothing is a hit
+    assert [p[0] for p in ev.partial] == list(range(1, len(rep.records) + 1))
+    assert all(p[2] == INCOMPLETE for p in ev.partial) and rep.status == SUCCESS and rep.complete
+    assert ev.partial[-1][1] == pytest.approx(rep.model_result_us)
+    assert all(b[1] <= a[1] + 1e-9 for a, b in zip(ev.partial, ev.partial[1:]))   # only ever gets faster
+
+
+def test_should_stop_leaves_incomplete_and_done_resumes_to_the_same_section(tmp_path) -> None:
+    g = _graph("bert_base")
+    full = tune_graph(g, SOC, bank_dir=tmp_path / "full")
+    assert full.status == SUCCESS and full.n_cases > 3
+    ev = Recorder(stop_after=3)
+    cut = tune_graph(g, SOC, bank_dir=tmp_path / "cut", events=ev)
+    assert cut.status == INCOMPLETE and not cut.complete
+    assert len(cut.records) == len(ev.records) == 3
+    sec = cut.to_result_section()
+    jsonschema.validate(sec, SGAT_SECTION_SCHEMA)
+    assert sec["repo_summary"]["total_num"] == 3
+    # the subgraphs not reached count at their baseline
+    reached = sum((r.after_us - r.baseline_us) * r.count for r in cut.records)
+    assert cut.model_result_us == pytest.approx(cut.model_baseline_us + reached)
+    # the job stores the records' state as JSON and restores them for the next run
+    done = {}
+    for r in cut.records:
+        back = record_from_state(json.loads(json.dumps(r.to_state())))
+        assert back == r
+        done[back.key] = back
+    ev2 = Recorder()
+    resumed = tune_graph(g, SOC, bank_dir=tmp_path / "cut", events=ev2, done=done)
+    assert resumed.status == SUCCESS and ev2.started == [full.n_cases]
+    assert all(resumed.records[i] is done[r.key] for i, r in enumerate(cut.records))   # kept, not tuned again
+    assert resumed.to_result_section() == full.to_result_section()
+    assert {e.repo_key: e.knowledge for e in SubgraphBank(tmp_path / "cut").entries()} == \
+        {e.repo_key: e.knowledge for e in SubgraphBank(tmp_path / "full").entries()}
 
 
 @pytest.mark.parametrize("name", list(MODELS))
@@ -450,7 +509,7 @@ def test_unusable_banked_plan_runs_unfused_and_is_replaced_with_repeat_tune(tmp_
     kept = tune_graph(g, SOC, bank_dir=tmp_path)
     rec = next(r for r in kept.records if r.repo_key == case.key)
     assert rec.outcome is Outcome.RESERVED and rec.after_us == pytest.approx(case.rd.baseline_us())
-    upd = tune_graph(g, SOC, bank_dir=tmp_path, repeat_tune=True)
+    upd = tune_graph(g, SOC, bank_dir=tmp_path, config=REPEAT)
     rec = next(r for r in upd.records if r.repo_key == case.key)
     assert rec.outcome is Outcome.UPDATE and rec.after_us < rec.before_us
     assert SubgraphBank(tmp_path).lookup(case.key).knowledge["plan"] == rec.plan
@@ -463,15 +522,19 @@ def test_empty_bank_changes_nothing(tmp_path) -> None:
     assert not (tmp_path / "subgraph.json").exists()
 
 
-def test_tune_ops_selection_limits_the_subgraphs() -> None:
+def test_only_limits_the_subgraphs() -> None:
     g = _graph("bert_base")
     full = tune_graph(g, SOC)
-    only = tune_graph(g, SOC, tune_ops={"tune_ops_type": ["SoftmaxV2"], "tune_ops_name": []})
-    assert 0 < only.counters.total_num < full.counters.total_num
+    only = tune_graph(g, SOC, only=select_ops(g, types=["SoftmaxV2"]))
+    assert 0 < only.counters.total_num < full.counters.total_num == full.n_cases
+    assert only.n_cases == only.counters.total_num
     assert all("SoftmaxV2" in r.op_types for r in only.records)
     assert full.model_result_us < only.model_result_us < only.model_baseline_us
-    with pytest.raises(AoeError, match="tune_ops_name"):
-        tune_graph(g, SOC, tune_ops={"ops": ["x"]})
+    name = next(op.name for op in g.ops if op.type == "Gelu")
+    one = tune_graph(g, SOC, only={name})
+    assert one.counters.total_num == 1 and any(name in inst for inst in one.records[0].instances)
+    none = tune_graph(g, SOC, only=set())
+    assert none.records == [] and none.model_result_us == none.model_baseline_us and none.status == SUCCESS
 
 
 @pytest.mark.parametrize("shape", [(32, 64, 112, 112), (4096, 768), (8, 1024)])
