@@ -107,8 +107,15 @@ class Counters:
 PCT_SCHEMA: dict[str, Any] = {"type": "string", "pattern": r"^-?[0-9]+\.[0-9]{2}%$"}
 TIME_SCHEMA: dict[str, Any] = {"type": "number", "minimum": 0}
 COUNT_SCHEMA: dict[str, Any] = {"type": "integer", "minimum": 0}
-SUMMARY_SCHEMA: dict[str, Any] = {"type": "object", "required": list(COUNTER_NAMES), "additionalProperties": False,
-                                  "properties": {k: COUNT_SCHEMA for k in COUNTER_NAMES}}
+
+
+def strict_object(properties: dict[str, Any], required: Sequence[str] | None = None) -> dict[str, Any]:
+    """Schema of a JSON object with exactly these properties (all required unless `required` says otherwise)."""
+    return {"type": "object", "required": list(properties if required is None else required),
+            "additionalProperties": False, "properties": properties}
+
+
+SUMMARY_SCHEMA: dict[str, Any] = strict_object({k: COUNT_SCHEMA for k in COUNTER_NAMES})
 
 
 # --- the contract -------------------------------------------------------------------------------

@@ -18,6 +18,20 @@ int dtype_bytes(int dt) {
     }
 }
 
+namespace {
+using Names = std::vector<std::string>;
+// One of three per-kind field tables (an empty one for an unknown kind).
+const Names& by_kind(int kind, const Names& mm, const Names& vec, const Names& conv) {
+    static const Names none;
+    switch (kind) {
+        case K_MATMUL: return mm;
+        case K_VECTOR: return vec;
+        case K_CONV: return conv;
+        default: return none;
+    }
+}
+}  // namespace
+
 const std::vector<std::string>& op_fields(int kind) {
     static const std::vector<std::string> mm = {
         "m", "n", "k", "batch_a", "batch_b", "dtype", "out_dtype", "a_format", "b_format", "c_format",
@@ -29,13 +43,7 @@ const std::vector<std::string>& op_fields(int kind) {
         "direction", "n", "c", "h", "w", "cout", "kh", "kw", "stride_h", "stride_w", "pad_top",
         "pad_bottom", "pad_left", "pad_right", "dilation_h", "dilation_w", "groups", "dtype", "out_dtype",
         "bias"};
-    static const std::vector<std::string> none;
-    switch (kind) {
-        case K_MATMUL: return mm;
-        case K_VECTOR: return vec;
-        case K_CONV: return conv;
-        default: return none;
-    }
+    return by_kind(kind, mm, vec, conv);
 }
 
 const std::vector<std::string>& strategy_fields(int kind) {
@@ -50,13 +58,7 @@ const std::vector<std::string>& strategy_fields(int kind) {
     static const std::vector<std::string> conv = {
         "batchDim", "hoDim", "nDim", "groupDim", "hoL1", "woL1", "kAL1", "kBL1", "hoL0", "woL0", "kL0",
         "nL0", "pBufferFlag", "iterateMNOrder"};
-    static const std::vector<std::string> none;
-    switch (kind) {
-        case K_MATMUL: return mm;
-        case K_VECTOR: return vec;
-        case K_CONV: return conv;
-        default: return none;
-    }
+    return by_kind(kind, mm, vec, conv);
 }
 
 namespace {

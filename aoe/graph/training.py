@@ -21,6 +21,7 @@ Gradients are only derived for tensors that depend on a parameter. Operators wit
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Callable
 
 from ..errors import AoeError
@@ -272,36 +273,24 @@ def g_matmul(b: _Builder, op: Op, gys: list, needs: set) -> dict:
     return res
 
 
-def g_conv(b: _Builder, op: Op, gys: list, needs: set) -> dict:
+def _conv_grads(b: _Builder, op: Op, gys: list, needs: set, transpose: bool) -> dict:
+    """dx and dw of a convolution (transpose: of a transposed one, whose input gradient is a forward conv)."""
     gy = gys[0]
     x, w = op.inputs[0], op.inputs[1]
     attrs = {k: op.attrs[k] for k in ("strides", "pads", "dilations", "groups", "kernel", "data_format") if k in op.attrs}
     res: dict[str, str | None] = {}
     if x in needs:
         dx = _grad_of(b, x)
-        b.emit(f"{op.name}/grad_input", "Conv2DBackpropInput", [w, gy], [dx], {**attrs, "input_size": list(b.shape(x))})
+        if transpose:
+            b.emit(f"{op.name}/grad_input", "Conv2D", [gy, w], [dx], {**attrs, "has_bias": False})
+        else:
+            b.emit(f"{op.name}/grad_input", "Conv2DBackpropInput", [w, gy], [dx],
+                   {**attrs, "input_size": list(b.shape(x))})
         res[x] = dx
     if w in needs:
         dw = _grad_of(b, w)
-        b.emit(f"{op.name}/grad_filter", "Conv2DBackpropFilter", [x, gy], [dw], {**attrs, "filter_size": list(b.shape(w))})
-        res[w] = dw
-    if op.attrs.get("has_bias") and len(op.inputs) > 2 and op.inputs[2] in needs:
-        res[op.inputs[2]] = _reduce_to(b, gy, op.inputs[2], [0, 2, 3], f"{op.name}/grad_bias")
-    return res
-
-
-def g_conv_transpose(b: _Builder, op: Op, gys: list, needs: set) -> dict:
-    gy = gys[0]
-    x, w = op.inputs[0], op.inputs[1]
-    attrs = {k: op.attrs[k] for k in ("strides", "pads", "dilations", "groups", "kernel", "data_format") if k in op.attrs}
-    res: dict[str, str | None] = {}
-    if x in needs:
-        dx = _grad_of(b, x)
-        b.emit(f"{op.name}/grad_input", "Conv2D", [gy, w], [dx], {**attrs, "has_bias": False})
-        res[x] = dx
-    if w in needs:
-        dw = _grad_of(b, w)
-        b.emit(f"{op.name}/grad_filter", "Conv2DBackpropFilter", [gy, x], [dw], {**attrs, "filter_size": list(b.shape(w))})
+        b.emit(f"{op.name}/grad_filter", "Conv2DBackpropFilter", [gy, x] if transpose else [x, gy], [dw],
+               {**attrs, "filter_size": list(b.shape(w))})
         res[w] = dw
     if op.attrs.get("has_bias") and len(op.inputs) > 2 and op.inputs[2] in needs:
         res[op.inputs[2]] = _reduce_to(b, gy, op.inputs[2], [0, 2, 3], f"{op.name}/grad_bias")
@@ -595,7 +584,7 @@ _dy_x = lambda op, gy: [gy, op.inputs[0]]  # noqa: E731
 
 _RULES: dict[str, GradRule] = {
     "MatMulV2": g_matmul, "BatchMatMulV2": g_matmul,
-    "Conv2D": g_conv, "Conv2DTranspose": g_conv_transpose,
+    "Conv2D": partial(_conv_grads, transpose=False), "Conv2DTranspose": partial(_conv_grads, transpose=True),
     "Relu": _unary("ReluGrad", lambda op, gy: [gy, op.outputs[0]]),
     "Relu6": _unary("Relu6Grad", _dy_x),
     "Gelu": _unary("GeluGrad", lambda op, gy: [gy, op.inputs[0], op.outputs[0]]),

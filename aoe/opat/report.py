@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..tuning import (FAILED, INCOMPLETE, STATUSES, PCT_SCHEMA, SUMMARY_SCHEMA, TIME_SCHEMA, Counters,
-                      Outcome, improvement)
+from ..tuning import (FAILED, INCOMPLETE, PCT_SCHEMA, STATUSES, SUMMARY_SCHEMA, TIME_SCHEMA, Counters, Outcome,
+                      improvement, strict_object)
 from .tune import KindGain
 
 
@@ -141,14 +141,8 @@ class OpatReport:
         return out
 
 
-_KIND_PERF = {
-    "type": "object",
-    "required": ["performance_after_tune(us)", "performance_before_tune(us)", "performance_improvement",
-                 "update_mode"],
-    "additionalProperties": False,
-    "properties": {"performance_after_tune(us)": TIME_SCHEMA, "performance_before_tune(us)": TIME_SCHEMA,
-                   "performance_improvement": PCT_SCHEMA, "update_mode": {"enum": ["add", "update"]}},
-}
+_KIND_PERF = strict_object({"performance_after_tune(us)": TIME_SCHEMA, "performance_before_tune(us)": TIME_SCHEMA,
+                            "performance_improvement": PCT_SCHEMA, "update_mode": {"enum": ["add", "update"]}})
 
 OPAT_SECTION_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",

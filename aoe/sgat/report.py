@@ -4,7 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..tuning import INCOMPLETE, PCT_SCHEMA, SUMMARY_SCHEMA, TIME_SCHEMA, Counters, Outcome, improvement
+from ..tuning import (INCOMPLETE, PCT_SCHEMA, SUMMARY_SCHEMA, TIME_SCHEMA, Counters, Outcome, improvement,
+                      strict_object)
 
 
 def _ms(us: float) -> float:
@@ -32,16 +33,6 @@ class SubgraphRecord:
     def count(self) -> int:
         """Number of instances in the graph."""
         return len(self.instances)
-
-    @property
-    def before_ms(self) -> float:
-        """Time before tuning, ms."""
-        return self.before_us / 1000.0
-
-    @property
-    def after_ms(self) -> float:
-        """Time after tuning, ms."""
-        return self.after_us / 1000.0
 
     @property
     def label(self) -> str:
@@ -136,14 +127,8 @@ class SgatReport:
 
 _PERF = TIME_SCHEMA
 _PCT = PCT_SCHEMA
-_ENTRY = {
-    "type": "object",
-    "required": ["performance_before_tune(ms)", "performance_after_tune(ms)", "performance_improvement",
-                 "repo_key"],
-    "additionalProperties": False,
-    "properties": {"performance_before_tune(ms)": _PERF, "performance_after_tune(ms)": _PERF,
-                   "performance_improvement": _PCT, "repo_key": {"type": "string", "minLength": 1}},
-}
+_ENTRY = strict_object({"performance_before_tune(ms)": _PERF, "performance_after_tune(ms)": _PERF,
+                        "performance_improvement": _PCT, "repo_key": {"type": "string", "minLength": 1}})
 SGAT_SECTION_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "SGAT result section",
