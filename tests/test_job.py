@@ -9,9 +9,7 @@ import threading
 import time
 from pathlib import Path
 
-import onnx
 import pytest
-from onnx import TensorProto, helper
 
 import aoe
 from aoe.cli import main
@@ -21,39 +19,28 @@ from aoe.job.lock import DeviceBusy, DeviceLock
 from aoe.job.progress import Progress
 from aoe.job.result import ResultFile, atomic_write_json
 from aoe.job.schema import RESULT_FILE_NAME, REPORT_KEY, semantic_errors, validate
+from aoe.tuning import Events
+from conftest import tiny_onnx
 
 SOC = "Ascend910B2"
-JOB_ENV = ("AOE_MODE", "ASCEND_DEVICE_ID", "TUNE_BANK_PATH", "ASCEND_CACHE_PATH", "ASCEND_WORK_PATH",
-           "TE_PARALLEL_COMPILER", "REPEAT_TUNE", "AOE_CONFIG", "AOE_DEVICE_COUNT", "AOE_SEARCH_BUDGET",
-           "AOE_LOCK_DIR")
 
 
-@pytest.fixture
-def env(tmp_path, monkeypatch):
-    """A clean job environment: bank, locks and work path in tmp_path, a small search budget."""
-    for k in JOB_ENV:
-        monkeypatch.delenv(k, raising=False)
-    bank = tmp_path / "bank"
-    bank.mkdir()
-    monkeypatch.setenv("TUNE_BANK_PATH", str(bank))
-    monkeypatch.setenv("AOE_LOCK_DIR", str(tmp_path / "locks"))
-    monkeypatch.setenv("AOE_SEARCH_BUDGET", "2000")
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+class Relay(Events):
+    """Passes a tuner's events on to the job's; `after_case(n)` runs after the n-th case_done."""
 
+    def __init__(self, inner: Events, after_case) -> None:
+        self.inner, self.after_case, self.n = inner, after_case, 0
 
-def tiny_onnx(path: Path, m: int = 64, k: int = 128, n: int = 256) -> Path:
-    """x[m,k] @ W[k,n] -> Relu -> Softmax: three tunable operators."""
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])
-    w = helper.make_tensor("w", TensorProto.FLOAT, [k, n], [0.0] * (k * n))
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
-             helper.make_node("Relu", ["h"], ["r"], name="relu"),
-             helper.make_node("Softmax", ["r"], ["y"], name="softmax", axis=-1)]
-    g = helper.make_graph(nodes, "tiny", [x], [y], [w])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
-    return path
+    def start(self, n_cases, report):
+        self.inner.start(n_cases, report)
+
+    def case_done(self, records, hit):
+        self.inner.case_done(records, hit)
+        self.n += 1
+        self.after_case(self.n)
+
+    def should_stop(self):
+        return self.inner.should_stop()
 
 
 def only_file(d: Path, kind: str = "opat") -> Path:
@@ -171,6 +158,18 @@ def test_work_path_priority(env, monkeypatch):
     (env / "afile").write_text("")
     with pytest.raises(AoeError, match="not a directory"):
         aoe.job.settings_from_env({"ASCEND_WORK_PATH": str(env / "afile")}, cwd=env)
+
+
+def test_tune_ops_content_is_checked():
+    ok = cfg.tune_ops_from({"tune_ops_name": ["a"], "tune_ops_type": ["Relu"]}, "f.json")
+    assert (ok.names, ok.types, ok.source) == (["a"], ["Relu"], "f.json")
+    for data, needle in (({"ops": ["x"]}, "unknown key"), ({"tune_ops_name": "mm"}, "list of non-empty strings"),
+                         ({"tune_ops_type": [""]}, "list of non-empty strings"), ({}, "selects no operators"),
+                         (["mm"], "JSON object")):
+        with pytest.raises(AoeError, match=needle):
+            cfg.tune_ops_from(data, "f.json")
+    with pytest.raises(AoeError, match="tune_ops_name and tune_ops_type"):
+        cfg.tune_ops_from({"ops": ["x"]}, "f.json")
 
 
 def test_tune_ops_file_validation(env, capsys):
@@ -370,16 +369,12 @@ def test_a_crash_leaves_tuning_incomplete(env, monkeypatch):
 
     real = opat.tune_graph
 
-    def crashing(*a, **kw):
-        on_case = kw["on_case"]
-        calls = []
+    def crash_after_three(n):
+        if n == 3:
+            raise RuntimeError("simulated crash")
 
-        def boom(recs, hit):
-            on_case(recs, hit)
-            calls.append(1)
-            if len(calls) == 3:
-                raise RuntimeError("simulated crash")
-        kw["on_case"] = boom
+    def crashing(*a, **kw):
+        kw["events"] = Relay(kw["events"], crash_after_three)
         return real(*a, **kw)
 
     monkeypatch.setattr(opat, "tune_graph", crashing)
@@ -524,8 +519,8 @@ def test_a_stuck_operator_still_stops_after_the_grace_period(env, monkeypatch):
 
     import aoe.opat as opat
 
-    def stuck(*a, **kw):
-        kw["on_start"](2)
+    def stuck(graph, soc, *a, **kw):
+        kw["events"].start(2, opat.OpatReport(graph.name, SOC, [op.name for op in graph.ops]))
         while True:          # an operator that never finishes and never polls should_stop
             time.sleep(0.01)
 
@@ -549,17 +544,13 @@ def test_sgat_interrupt_and_reload_restore_the_outcomes(env, monkeypatch):
     import aoe.sgat as sgat
 
     real = sgat.tune_graph
-    calls = []
+
+    def ctrl_c_after_three(n):
+        if n == 3:
+            os.kill(os.getpid(), sig.SIGINT)      # Ctrl-C after the third subgraph
 
     def interrupted(*a, **kw):
-        inner = kw["on_progress"]
-
-        def on_progress(rep):
-            calls.append(1)
-            if len(calls) == 3:
-                os.kill(os.getpid(), sig.SIGINT)      # Ctrl-C after the third subgraph
-            inner(rep)
-        kw["on_progress"] = on_progress
+        kw["events"] = Relay(kw["events"], ctrl_c_after_three)
         return real(*a, **kw)
 
     monkeypatch.setattr(sgat, "tune_graph", interrupted)
@@ -603,7 +594,7 @@ def test_model_errors_are_clean(env, capsys):
                          (["-m", "broken.onnx"], "broken.onnx"),
                          (["-m", "zoo:nope"], "nope"),
                          (["-m", "zoo:mobilenet_v2", "--input_shape", "input:1,x"], "input"),
-                         (["-m", "zoo:mobilenet_v2", "-f", "3"], "TensorFlow"),
+                         (["-m", "zoo:mobilenet_v2", "-f", "3"], "bundled ONNX model"),
                          (["-m", "zoo:mobilenet_v2", "--device", "9"], "--device"),
                          (["-j", "2"], "no model given")):
         rc, _, err = cli(capsys, *argv, *(["-j", "2"] if "-j" not in argv else []))

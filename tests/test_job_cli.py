@@ -1,4 +1,7 @@
-"""The `aoe` tuning job end to end, as separate processes (run outside the source tree)."""
+"""The `aoe` tuning job end to end, as separate processes (run outside the source tree).
+
+The `job_env` fixture (conftest.py) is a clean environment: bank, locks and HOME in tmp_path.
+"""
 from __future__ import annotations
 
 import json
@@ -12,19 +15,6 @@ from pathlib import Path
 import pytest
 
 from aoe.job.schema import validate
-
-JOB_ENV = ("AOE_MODE", "ASCEND_DEVICE_ID", "TUNE_BANK_PATH", "ASCEND_CACHE_PATH", "ASCEND_WORK_PATH",
-           "TE_PARALLEL_COMPILER", "REPEAT_TUNE", "AOE_CONFIG", "AOE_DEVICE_COUNT", "AOE_SEARCH_BUDGET",
-           "AOE_LOCK_DIR")
-
-
-@pytest.fixture
-def job_env(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in JOB_ENV}
-    (tmp_path / "bank").mkdir()
-    env.update(TUNE_BANK_PATH=str(tmp_path / "bank"), AOE_LOCK_DIR=str(tmp_path / "locks"),
-               AOE_SEARCH_BUDGET="2000", HOME=str(tmp_path))
-    return env
 
 
 def aoe(tmp_path, env, *argv, **kw):
