@@ -73,9 +73,13 @@ def resnet50(num_classes: int = 1000) -> nn.Module:
 
 
 def bert_config(layers: int = 2, hidden: int = 128, heads: int = 2, vocab: int = 1000, **kw):
-    """A small BertConfig without dropout (so eager and compiled losses compare exactly) and eager attention."""
+    """A small BertConfig without dropout (eager and compiled losses then compare exactly).
+
+    `problem_type` is fixed: transformers sets it on the first call otherwise, which makes dynamo recompile.
+    """
     from transformers import BertConfig
 
     return BertConfig(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
                       intermediate_size=4 * hidden, vocab_size=vocab, max_position_embeddings=512,
-                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **kw)
+                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                      problem_type="single_label_classification", **kw)

@@ -742,4 +742,5 @@ def r_mse_bw(cv: Converter, node: Any, a: dict) -> Any:
     return Val(out)
 
 
+from . import attention as _attention  # noqa: E402,F401  (registers the attention rules)
 from . import foreach as _foreach  # noqa: E402,F401  (registers the _foreach_* rule)
