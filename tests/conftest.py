@@ -98,7 +98,7 @@ def small_opat_graph() -> Any:
 
 # --- bank keys and knowledge --------------------------------------------------------------------
 
-def mm_key(m: int = 128, k: int = 64, n: int = 64, **over: Any) -> dict[str, Any]:
+def mm_key(m: int = 128, k: int = 256, n: int = 512, **over: Any) -> dict[str, Any]:
     """A complete MatMul bank key (fp16, ND, no batch) with the given sizes; `over` replaces any field."""
     key = {f: 1 if f.startswith("batch") else 0 for f in MATMUL_KEY}
     key.update(m=m, k=k, n=n, a_dtype=1, b_dtype=1, out_dtype=1, a_format=2, b_format=2, out_format=2)

@@ -6,28 +6,16 @@ import sys
 import pytest
 
 from aoe.bank import OpBank, SubgraphBank
-from aoe.bank.schema import MATMUL_KNOWLEDGE
 from aoe.cli import main
+from conftest import mm_key, mm_know
 
 SOC, MM = "Ascend910B2", "MatMulV3"
 
 
-def key(m):
-    return {"m": m, "k": 64, "n": 64, "a_dtype": 1, "b_dtype": 1, "out_dtype": 1, "a_format": 2,
-            "b_format": 2, "out_format": 2}
-
-
-def know(v):
-    return {f: v for f in MATMUL_KNOWLEDGE}
-
-
 @pytest.fixture
-def bank_dir(tmp_path, monkeypatch):
-    d = tmp_path / "bank"
-    d.mkdir()
-    monkeypatch.setenv("TUNE_BANK_PATH", str(d))
-    monkeypatch.setenv("HOME", str(tmp_path))
-    return d
+def bank_dir(env):
+    """TUNE_BANK_PATH of the isolated environment (conftest.py)."""
+    return env / "bank"
 
 
 def run(capsys, *argv):
@@ -37,7 +25,7 @@ def run(capsys, *argv):
 
 
 def test_ls_lists_custom_builtin_and_subgraph(bank_dir, capsys):
-    OpBank(bank_dir / SOC, SOC).put(MM, key(16), know(1), 2.5)
+    OpBank(bank_dir / SOC, SOC).put(MM, mm_key(16), mm_know(1), 2.5)
     SubgraphBank(bank_dir).put("42", {"plan": [1]}, 3.0)
     rc, out, _ = run(capsys, "ls")
     assert rc == 0
@@ -47,16 +35,16 @@ def test_ls_lists_custom_builtin_and_subgraph(bank_dir, capsys):
     sources = {(r["source"], r.get("op", "subgraph")) for r in recs}
     assert ("custom", MM) in sources and ("builtin", MM) in sources and ("custom", "subgraph") in sources
     mine = next(r for r in recs if r["source"] == "custom" and "op" in r)
-    assert mine["knowledge"] == know(1) and mine["info_dict"]["m"] == 16
+    assert mine["knowledge"] == mm_know(1) and mine["info_dict"]["m"] == 16
 
 
 def test_show_by_id_and_repo_key(bank_dir, capsys):
     b = OpBank(bank_dir / SOC, SOC)
-    b.put(MM, key(16), know(1), 2.5)
-    e = b.lookup(MM, key(16))
+    b.put(MM, mm_key(16), mm_know(1), 2.5)
+    e = b.lookup(MM, mm_key(16))
     for k in (str(e.id), hex(e.id), f"{MM}:{e.id}"):
         rc, out, _ = run(capsys, "show", k)
-        assert rc == 0 and json.loads(out)["knowledge"] == know(1)
+        assert rc == 0 and json.loads(out)["knowledge"] == mm_know(1)
     SubgraphBank(bank_dir).put("1024942313106047484", {"plan": [1]}, 3.0)
     rc, out, _ = run(capsys, "show", "1024942313106047484")
     assert rc == 0 and json.loads(out)["repo_key"] == "1024942313106047484"
@@ -66,14 +54,14 @@ def test_show_by_id_and_repo_key(bank_dir, capsys):
 
 def test_export_import_keeps_the_better_strategy(tmp_path, bank_dir, capsys, monkeypatch):
     mine = OpBank(bank_dir / SOC, SOC)
-    mine.put(MM, key(16), know(1), 5.0)  # colleague has it faster
-    mine.put(MM, key(32), know(2), 5.0)  # colleague has it slower
+    mine.put(MM, mm_key(16), mm_know(1), 5.0)  # colleague has it faster
+    mine.put(MM, mm_key(32), mm_know(2), 5.0)  # colleague has it slower
     theirs_dir = tmp_path / "colleague"
     theirs_dir.mkdir()
     theirs = OpBank(theirs_dir / SOC, SOC)
-    theirs.put(MM, key(16), know(10), 4.0)
-    theirs.put(MM, key(32), know(20), 6.0)
-    theirs.put(MM, key(48), know(30), 1.0)  # new to me
+    theirs.put(MM, mm_key(16), mm_know(10), 4.0)
+    theirs.put(MM, mm_key(32), mm_know(20), 6.0)
+    theirs.put(MM, mm_key(48), mm_know(30), 1.0)  # new to me
     SubgraphBank(theirs_dir).put("9", {"plan": [2]}, 1.0)
     exported = tmp_path / "colleague.jsonl"
     rc, out, _ = run(capsys, "--tune_bank_path", str(theirs_dir), "export", str(exported))
@@ -81,18 +69,18 @@ def test_export_import_keeps_the_better_strategy(tmp_path, bank_dir, capsys, mon
     rc, out, err = run(capsys, "import", str(exported))
     assert rc == 0, err
     assert "2 added" in out and "1 replaced" in out and "1 kept" in out
-    assert mine.lookup(MM, key(16)).knowledge == know(10)
-    assert mine.lookup(MM, key(32)).knowledge == know(2)
-    assert mine.lookup(MM, key(48)).knowledge == know(30)
+    assert mine.lookup(MM, mm_key(16)).knowledge == mm_know(10)
+    assert mine.lookup(MM, mm_key(32)).knowledge == mm_know(2)
+    assert mine.lookup(MM, mm_key(48)).knowledge == mm_know(30)
     assert SubgraphBank(bank_dir).lookup("9").knowledge == {"plan": [2]}
-    assert "soc" not in mine.lookup(MM, key(48)).aoe  # export-only bookkeeping is stripped
+    assert "soc" not in mine.lookup(MM, mm_key(48)).aoe  # export-only bookkeeping is stripped
     rc, out, _ = run(capsys, "import", str(exported))  # idempotent
     assert rc == 0 and "0 added" in out and "0 replaced" in out
 
 
 def test_import_refuses_other_socs_and_bad_records(tmp_path, bank_dir, capsys):
     f = tmp_path / "in.jsonl"
-    cann = {"id": 1, "op": MM, "version": 1, "info_dict": key(64), "knowledge": know(4)}
+    cann = {"id": 1, "op": MM, "version": 1, "info_dict": mm_key(64), "knowledge": mm_know(4)}
     lines = [json.dumps({**cann, "aoe": {"soc": "Ascend310P3", "core_num": 8}}),
              json.dumps({**cann, "info_dict": {"m": 1}}), "{broken", json.dumps({**cann, "op": "../x"}),
              json.dumps({"repo_key": "", "knowledge": {}}), json.dumps(cann)]
@@ -102,8 +90,8 @@ def test_import_refuses_other_socs_and_bad_records(tmp_path, bank_dir, capsys):
     assert f"{f}:1: rejected" in err and "Ascend310P3" in err
     assert f"{f}:2:" in err and f"{f}:3:" in err and f"{f}:4:" in err and f"{f}:5:" in err
     assert "1 added" in out and "5 rejected" in out
-    e = OpBank(bank_dir / SOC, SOC).lookup(MM, key(64))
-    assert e.knowledge == know(4) and e.perf_us is None  # a CANN record: performance unknown
+    e = OpBank(bank_dir / SOC, SOC).lookup(MM, mm_key(64))
+    assert e.knowledge == mm_know(4) and e.perf_us is None  # a CANN record: performance unknown
     rc, out, err = run(capsys, "import", str(f), "--force")
     assert "Ascend310P3" not in err
 
@@ -111,7 +99,7 @@ def test_import_refuses_other_socs_and_bad_records(tmp_path, bank_dir, capsys):
 def test_verify_reports_damage_with_file_and_line(bank_dir, capsys):
     b = OpBank(bank_dir / SOC, SOC)
     for m in (16, 32):
-        b.put(MM, key(m), know(m), 1.0)
+        b.put(MM, mm_key(m), mm_know(m), 1.0)
     rc, out, _ = run(capsys, "verify")
     assert rc == 0 and "0 damaged" in out
     path = b.path_for(MM)

@@ -1,4 +1,4 @@
-"""SPEC §3 decision rule: REPEAT_TUNE, the four outcomes, and counters that add up."""
+"""The bank decision rule: REPEAT_TUNE, the four outcomes (add, update, reserved, unsatisfied), counters that add up."""
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -1,4 +1,5 @@
-"""Bank locations (SPEC §2), their error cases, untrusted names and shared-directory permissions."""
+"""Bank locations (TUNE_BANK_PATH, else ASCEND_CACHE_PATH, else the home directory), their error cases,
+untrusted names and shared-directory permissions."""
 import os
 import stat
 from pathlib import Path

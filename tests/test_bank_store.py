@@ -13,6 +13,7 @@ from aoe.codes import DTYPES, FORMATS, dtype_code, dtype_name, format_code, form
 from aoe.bank.query import clear_cache
 from aoe.bank.schema import (CONV_KEY, CONV_KNOWLEDGE, MATMUL_KEY, MATMUL_KNOWLEDGE, VECTOR_KNOWLEDGE)
 from aoe.errors import AoeError
+from conftest import mm_key
 
 SOC = "Ascend910B2"
 MM = "MatMulV3"
@@ -25,14 +26,6 @@ JSON_VALUE = st.recursive(JSON_SCALAR, lambda c: st.one_of(st.lists(c, max_size=
                           max_leaves=8)
 EXTRAS = st.dictionaries(st.text(min_size=1, max_size=8).filter(lambda k: k not in MATMUL_KNOWLEDGE),
                          JSON_VALUE, max_size=3)
-
-
-def mm_key(**over):
-    key = {f: 1 if f.startswith("batch") else 0 for f in MATMUL_KEY}
-    key.update(m=128, k=256, n=512, a_dtype=1, b_dtype=1, out_dtype=1, a_format=2, b_format=2,
-               out_format=2)
-    key.update(over)
-    return key
 
 
 def mm_know(seed=0, **extra):
