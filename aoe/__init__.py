@@ -25,6 +25,7 @@ _LAZY = {
     "tune": "job.api:tune",
     "tune_models": "job.api:tune_models",
     "verify": "job.api:verify",
+    "TuneOptions": "job.api:TuneOptions",
 }
 
 

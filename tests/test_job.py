@@ -273,7 +273,7 @@ def test_opat_job_repeat_tune_and_verify(env, capsys, monkeypatch):
     # REPEAT_TUNE=True with a much larger budget re-tunes the hits and updates what got better
     monkeypatch.setenv("REPEAT_TUNE", "True")
     monkeypatch.setenv("AOE_SEARCH_BUDGET", "100000")
-    r = aoe.tune(model, mode="op", repeat_tune=None)
+    r = aoe.tune(model, mode="op", options=aoe.TuneOptions(repeat_tune=None))
     assert r.report.evaluations > 0 and r.report.cases_tuned == 3
     s3 = r.section["repo_summary"]
     assert s3["repo_hit_num"] == s1["repo_add_num"] and s3["total_num"] == 3
@@ -281,7 +281,7 @@ def test_opat_job_repeat_tune_and_verify(env, capsys, monkeypatch):
     if s3["repo_update_num"]:
         modes = {p["update_mode"] for o in r.section["repo_modified_operators"] for p in o["tune_performance"].values()}
         assert "update" in modes
-    r2 = aoe.tune(model, mode="op", repeat_tune=False)   # only the unsatisfied case (not in a bank) is tuned
+    r2 = aoe.tune(model, mode="op", options=aoe.TuneOptions(repeat_tune=False))   # only the unsatisfied case (not in a bank) is tuned
     assert r2.section["repo_summary"]["repo_hit_num"] == s1["repo_add_num"]
     assert r2.report.evaluations < r.report.evaluations
 
@@ -357,8 +357,8 @@ def test_parallel_and_serial_runs_give_the_same_bank(env):
 
     for name in ("serial", "parallel"):
         (env / name).mkdir()
-    r1 = aoe.tune("zoo:mobilenet_v2", bank=env / "serial", workers=1, work_path=env / "w1")
-    r2 = aoe.tune("zoo:mobilenet_v2", bank=env / "parallel", workers=2, work_path=env / "w2")
+    r1 = aoe.tune("zoo:mobilenet_v2", bank=env / "serial", work_path=env / "w1", options=aoe.TuneOptions(workers=1))
+    r2 = aoe.tune("zoo:mobilenet_v2", bank=env / "parallel", work_path=env / "w2", options=aoe.TuneOptions(workers=2))
     assert r1.section == r2.section
     b1, b2 = bank_content(env / "serial"), bank_content(env / "parallel")
     assert b1 == b2 and len(b1) == r1.section["repo_summary"]["repo_add_num"]
@@ -379,7 +379,7 @@ def test_a_crash_leaves_tuning_incomplete(env, monkeypatch):
 
     monkeypatch.setattr(opat, "tune_graph", crashing)
     with pytest.raises(RuntimeError, match="simulated crash"):
-        aoe.tune("zoo:mobilenet_v2", workers=1)
+        aoe.tune("zoo:mobilenet_v2", options=aoe.TuneOptions(workers=1))
     f = only_file(env)
     d = json.loads(f.read_text())
     validate(d, "opat")
@@ -389,7 +389,7 @@ def test_a_crash_leaves_tuning_incomplete(env, monkeypatch):
     assert task[1]["OPAT"]["repo_summary"]["total_num"] == 3
     # and --reload finishes it without re-tuning the three finished cases
     monkeypatch.setattr(opat, "tune_graph", real)
-    r = aoe.tune("zoo:mobilenet_v2", workers=1, reload=True)
+    r = aoe.tune("zoo:mobilenet_v2", options=aoe.TuneOptions(workers=1, reload=True))
     assert r.result_file == f and r.status == "tuning successful" and r.resumed_from >= 3
     assert r.section["repo_summary"]["total_num"] == 49
     assert r.report.cases_tuned == 49 - 3
@@ -470,7 +470,7 @@ def test_api_job_conflicts_with_a_held_device(env):
     with DeviceLock(0, env / "locks"):
         with pytest.raises(DeviceBusy):
             aoe.tune("zoo:mobilenet_v2", tune_ops={"tune_ops_type": ["ReduceMeanD"]})
-        r = aoe.tune("zoo:mobilenet_v2", tune_ops={"tune_ops_type": ["ReduceMeanD"]}, device=1)
+        r = aoe.tune("zoo:mobilenet_v2", tune_ops={"tune_ops_type": ["ReduceMeanD"]}, options=aoe.TuneOptions(device=1))
         assert r.status == "tuning successful"
 
 
@@ -528,7 +528,7 @@ def test_a_stuck_operator_still_stops_after_the_grace_period(env, monkeypatch):
     monkeypatch.setenv("AOE_STOP_GRACE", "0.3")
     threading.Timer(0.3, os.kill, (os.getpid(), sig.SIGTERM)).start()
     t0 = time.time()
-    r = aoe.tune("zoo:mobilenet_v2", workers=1)
+    r = aoe.tune("zoo:mobilenet_v2", options=aoe.TuneOptions(workers=1))
     assert time.time() - t0 < 5
     assert r.signal == sig.SIGTERM and r.exit_code == 143 and r.status == "tuning incomplete"
     d = json.loads(r.result_file.read_text())
@@ -561,7 +561,7 @@ def test_sgat_interrupt_and_reload_restore_the_outcomes(env, monkeypatch):
     task = next(iter(d.values()))
     assert "tuning_time(s)" not in task[0]["basic"] and task[1]["SGAT"]["repo_summary"]["total_num"] == 3
     monkeypatch.setattr(sgat, "tune_graph", real)
-    r2 = aoe.tune("zoo:bert_base", mode="subgraph", soc="Ascend910A", reload=True)
+    r2 = aoe.tune("zoo:bert_base", mode="subgraph", soc="Ascend910A", options=aoe.TuneOptions(reload=True))
     assert r2.result_file == r.result_file and r2.status == "tuning successful"
     ref = real(aoe.graph.load("zoo:bert_base"), "Ascend910A", env / "ref")   # uninterrupted, fresh bank
     assert r2.section == ref.to_result_section()
@@ -615,7 +615,7 @@ def test_api_needs_no_environment(env, monkeypatch):
     monkeypatch.setenv("TUNE_BANK_PATH", "/nonexistent")
     (env / "b").mkdir()
     r = aoe.tune(str(tiny_onnx(env / "t.onnx")), "op", "Ascend910A", bank=env / "b", work_path=env / "w",
-                 budget=2000, lock_dir=env / "l", env={})
+                 options=aoe.TuneOptions(budget=2000, lock_dir=env / "l"), env={})
     assert r.status == "tuning successful" and r.result_file.parent == env / "w"
     assert r.bank_dir == env / "b" / "Ascend910A" and (env / "l" / "device0.lock").exists()
     v = aoe.verify(str(env / "t.onnx"), soc="Ascend910A", bank=env / "b", env={})
@@ -637,7 +637,7 @@ def test_stuck_worker_processes_do_not_hang_the_stop(env, monkeypatch):
     monkeypatch.setenv("AOE_STOP_GRACE", "0.5")
     threading.Timer(1.0, os.kill, (os.getpid(), sig.SIGTERM)).start()
     t0 = time.time()
-    r = aoe.tune("zoo:mobilenet_v2", workers=2)
+    r = aoe.tune("zoo:mobilenet_v2", options=aoe.TuneOptions(workers=2))
     assert time.time() - t0 < 10
     assert r.exit_code == 143 and r.status == "tuning incomplete"
     import multiprocessing

@@ -16,9 +16,9 @@
 """
 from __future__ import annotations
 
-from .api import result_files, tune, tune_models, verify
+from .api import TuneOptions, result_files, tune, tune_models, verify
 from .run import JobResult, run_job
 from .settings import JobSettings, JobSpec, settings_from_env
 
-__all__ = ["tune", "tune_models", "verify", "result_files", "JobResult", "JobSettings", "JobSpec", "run_job",
+__all__ = ["tune", "tune_models", "verify", "result_files", "TuneOptions", "JobResult", "JobSettings", "JobSpec", "run_job",
            "settings_from_env"]

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 from ..errors import AoeError
@@ -139,11 +140,13 @@ def main(argv: list[str]) -> int:
         if not os.path.isabs(p) and settings.config_path is not None:
             p = os.path.join(os.path.dirname(settings.config_path), p)
         tune_ops = cfg.load_tune_ops(p)
-    spec = JobSpec(mode=mode, model=args.model, framework=framework, singleop=args.singleop,
-                   input_shape=args.input_shape,
+    if args.singleop:
+        model, framework = args.singleop, "singleop"
+    else:
+        model = args.model
+    spec = JobSpec(mode=mode, model=model, framework=framework, input_shape=args.input_shape,
                    training=args.training, soc=args.soc_version, tune_ops=tune_ops,
-                   compute_dtype=args.compute_dtype,
-                   output=None if args.output is None else __import__("pathlib").Path(args.output))
+                   compute_dtype=args.compute_dtype, output=None if args.output is None else Path(args.output))
     result = run_job(spec, settings, out=_print)
     _print("")
     for line in result.summary_lines(args.summary_top):
@@ -203,8 +206,9 @@ def verify_main(argv: list[str]) -> int:
         raise AoeError("pass either --model or --singleop, not both")
     if args.top < 0:
         raise AoeError("--top must be 0 or more")
-    rep = verify(args.model, mode=mode, soc=args.soc_version, bank=args.tune_bank_path,
-                 input_shape=args.input_shape, training=args.training, singleop=args.singleop,
+    rep = verify(args.singleop or args.model, mode=mode, soc=args.soc_version, bank=args.tune_bank_path,
+                 input_shape=args.input_shape, training=args.training,
+                 framework="singleop" if args.singleop else None,
                  cache_mode=args.op_compiler_cache_mode, builtin=not args.no_builtin,
                  compute_dtype=args.compute_dtype)
     if args.json:

@@ -96,10 +96,8 @@ def graph_fingerprint(graph: Any) -> str:
 
 def load_graph(spec: JobSpec) -> Any:
     """The graph to tune (model file, zoo model, Graph object or single-operator file)."""
-    if spec.singleop:
-        if spec.mode != 2:
-            raise AoeError("--singleop is for operator tuning: use --job_type 2")
-        return g.load(spec.singleop, training=spec.training, framework="singleop")
+    if spec.framework == "singleop" and spec.mode != 2:
+        raise AoeError("--singleop is for operator tuning: use --job_type 2")
     if spec.graph is not None:
         graph = spec.graph
         if spec.training and not graph.training:

@@ -33,10 +33,10 @@ class JobSpec:
     """What one tuning task tunes."""
 
     mode: int                                   # 1 = subgraph (SGAT), 2 = operator (OPAT)
-    model: str | None = None                    # .onnx / .json path, zoo:NAME, a TensorFlow model
-    framework: str | None = None                # aoe.graph.load's framework (None: from the file)
+    model: str | None = None                    # .onnx / .json path, zoo:NAME, a TensorFlow model, ...
+    framework: str | None = None                # aoe.graph.load's framework (None: from the file;
+                                                # "singleop": a single-operator file, OPAT only)
     graph: Any = None                           # an aoe.graph.Graph instead of `model`
-    singleop: str | None = None                 # a single-operator JSON file (OPAT only)
     input_shape: Any = None
     training: bool = False
     soc: str = DEFAULT_SOC
@@ -46,8 +46,9 @@ class JobSpec:
     output: Path | None = None                  # write the tuned model description here
 
     def describe(self) -> str:
-        if self.singleop:
-            return f"single operators from {self.singleop}"
+        """What is tuned, for messages and the device lock."""
+        if self.framework == "singleop":
+            return f"single operators from {self.model}"
         if self.model:
             return str(self.model)
         return getattr(self.graph, "name", "graph")

@@ -19,7 +19,7 @@ HERE = Path(__file__).resolve().parent
 # (file stem, model, tune() keywords): the two jobs the renovation must leave unchanged
 CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("resnet50_opat_training", "zoo:resnet50",
-     {"mode": "op", "training": True, "workers": 2, "budget": 20000}),
+     {"mode": "op", "training": True, "options": {"workers": 2, "budget": 20000}}),
     ("bert_base_sgat_910a", "zoo:bert_base", {"mode": "subgraph", "soc": "Ascend910A"}),
 ]
 
@@ -40,7 +40,9 @@ def outcome(model: str, kw: dict[str, Any]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         bank, work = Path(tmp, "bank"), Path(tmp, "work")
         bank.mkdir()
-        r = aoe.tune(model, bank=bank, work_path=work, lock=False, env={}, **kw)
+        kw = dict(kw)
+        options = aoe.TuneOptions(lock=False, **kw.pop("options", {}))
+        r = aoe.tune(model, bank=bank, work_path=work, options=options, env={}, **kw)
         return {"status": r.status, "section": r.section, "bank": bank_records(bank)}
 
 
