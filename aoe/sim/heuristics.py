@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from .. import _sim
-from ..soc import Soc
+from ..soc import Soc, load_soc
 from .ops import DTYPE_BYTES, Conv2D, MatMul, SimOp, VectorOp
 
 MM_FIELDS: list[str] = list(_sim.strategy_fields(_sim.K_MATMUL))
@@ -240,8 +240,9 @@ def default_conv(soc: Soc, op: Conv2D) -> dict[str, int]:
     raise AssertionError(f"no valid default conv tiling for {op} ({_sim.REASONS[int(reasons[0])]})")
 
 
-def default_strategy(soc: Soc, op: SimOp) -> dict[str, int]:
-    """The heuristic strategy CANN would use for `op` on `soc`."""
+def default_strategy(soc: Soc | str, op: SimOp) -> dict[str, int]:
+    """The heuristic strategy CANN would use for `op` on `soc` (a `Soc`, a SoC name or an .ini path)."""
+    soc = load_soc(soc)
     if isinstance(op, MatMul):
         return default_matmul(soc, op)
     if isinstance(op, VectorOp):
