@@ -161,6 +161,7 @@ def test_transformer_style_ops(tmp_path):
     assert next(o for o in g.ops if o.type == "Reshape").attrs == {"view": True, "shape": [2, 5, 3, 4]}
     mm = [o for o in g.ops if o.type in ("MatMulV2", "BatchMatMulV2")]
     assert mm[0].attrs["has_bias"] and mm[0].inputs == ["ln", "wq", "bq"] and mm[0].outputs == ["q"]
+    assert len(mm[0].attrs["fused_names"]) == 2 and mm[0].attrs["fused_ops"] == ["BatchMatMulV2", "Add"]
     assert len(mm) == 3 and all(o.type == "BatchMatMulV2" for o in mm)
     assert next(o for o in g.ops if o.type == "SoftmaxV2").attrs["axes"] == [3]
     assert next(o for o in g.ops if o.type == "LayerNorm").attrs["begin_norm_axis"] == 2
@@ -188,7 +189,9 @@ def test_gpt2_style_tanh_gelu_fused(tmp_path):
     inits = [c("half", 0.5), c("three", 3.0), c("k", 0.044715), c("s", 0.7978846), c("one", 1.0)]
     model = make_model(nodes, [x], [helper.make_tensor_value_info("y", F, None)], inits)
     g = load(save(tmp_path, model))
-    assert [(o.type, o.inputs, o.outputs, o.attrs) for o in g.ops] == [("Gelu", ["x"], ["y"], {"approximate": "tanh"})]
+    assert [(o.type, o.inputs, o.outputs, o.attrs) for o in g.ops] == [("Gelu", ["x"], ["y"], {
+        "approximate": "tanh",     # the fused operator keeps the names of the operators it replaced
+        "fused_names": ["Mul_0", "Pow_1", "Mul_2", "Add_3", "Mul_4", "Tanh_5", "Add_6", "Mul_7"]})]
 
 
 def test_lookalike_formula_is_not_fused(tmp_path):
@@ -435,7 +438,9 @@ def test_decomposed_layernorm_is_fused(tmp_path):
     g = check_against_reference(tmp_path, model, {"x": np.random.rand(2, 6, 16).astype(np.float32)})
     assert [(o.type, o.inputs, o.outputs) for o in g.ops] == [("LayerNorm", ["x", "gamma", "beta"], ["y"]),
                                                               ("Relu", ["y"], ["z"])]
-    assert g.ops[0].attrs == {"begin_norm_axis": 2, "begin_params_axis": 2, "epsilon": pytest.approx(1e-12)}
+    assert g.ops[0].attrs == {"begin_norm_axis": 2, "begin_params_axis": 2, "epsilon": pytest.approx(1e-12),
+                              "fused_names": [f"{t}_{i}" for i, t in enumerate(
+                                  ["ReduceMean", "Sub", "Pow", "ReduceMean", "Add", "Sqrt", "Div", "Mul", "Add"])]}
     # a variant that is not a LayerNorm (variance over a different axis) is left alone
     nodes[3] = helper.make_node("ReduceMean", ["p"], ["v"], axes=[1])
     model = make_model(nodes, [x], [helper.make_tensor_value_info("z", F, None)], inits, opset=13)

@@ -137,7 +137,8 @@ def fuse_gelu(ops: list[Op], value: Callable[[str], np.ndarray | None], kind: di
         removed.update(members)
         name = unique_name(anchor.name, op_names, "/gelu")
         op_names.add(name)
-        new_at[max(members)] = Op(name, "Gelu", [x], [out], {"approximate": approx})
+        new_at[max(members)] = Op(name, "Gelu", [x], [out], {"approximate": approx,
+                                                             "fused_names": [ops[i].name for i in sorted(members)]})
     if not removed:
         return ops
     result = []
@@ -241,7 +242,8 @@ def fuse_layernorm(ops: list[Op], value: Callable[[str], np.ndarray | None], kin
         name = unique_name(ops[i_mean].name, op_names, "/layernorm")
         op_names.add(name)
         new_at[max(members)] = Op(name, "LayerNorm", [x, gamma, beta], [out],
-                                  {"begin_norm_axis": k, "begin_params_axis": k, "epsilon": eps})
+                                  {"begin_norm_axis": k, "begin_params_axis": k, "epsilon": eps,
+                                   "fused_names": [ops[i].name for i in sorted(members)]})
     if not removed:
         return ops
     return [new_at[i] if i in new_at else op for i, op in enumerate(ops) if i in new_at or i not in removed]

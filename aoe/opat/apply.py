@@ -32,8 +32,17 @@ def op_type_label(op: Any) -> str | list[str]:
     return op.type
 
 
+def fused_names(op: Any) -> tuple[str, ...]:
+    """The original operator names of a fused operator (`attrs["fused_names"]`, two or more), else ()."""
+    names = op.attrs.get("fused_names") if isinstance(op.attrs, Mapping) else None
+    if isinstance(names, (list, tuple)) and len(names) > 1 and all(isinstance(n, str) and n for n in names):
+        return tuple(names)
+    return ()
+
+
 def select_ops(graph: Graph, names: Iterable[str] = (), types: Iterable[str] = ()) -> set[str] | None:
-    """Operators chosen by a tune_ops file (names and types are a union; a fused op with a listed type counts)."""
+    """Operators chosen by a tune_ops file (names and types are a union; a fused op counts when one of its
+    original operators' names or types is listed)."""
     names, types = set(names), set(types)
     if not names and not types:
         return None
@@ -41,7 +50,7 @@ def select_ops(graph: Graph, names: Iterable[str] = (), types: Iterable[str] = (
     for op in graph.ops:
         label = op_type_label(op)
         op_types = set(label) if isinstance(label, list) else {label}
-        if op.name in names or op_types & types:
+        if op.name in names or names.intersection(fused_names(op)) or op_types & types:
             chosen.add(op.name)
     return chosen
 

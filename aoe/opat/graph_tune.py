@@ -24,10 +24,10 @@ from ..graph import Graph
 from ..ops import HIGH_PERFORMANCE, IMPL_MODES, OpCase, Unsupported, describe
 from ..soc import Soc, load_soc
 from ..tuning import FAILED, INCOMPLETE, SUCCESS, Events, restore
-from .apply import op_type_label, price
+from .apply import fused_names, op_type_label, price
 from .report import OpatReport, OpRecord
 from .search import Budget, Measure, as_measure, simulator_measure
-from .tune import KINDS, KindGain, TuneResult, tune_case
+from .tune import KINDS, KindGain, TuneResult, chain_steps, tune_case
 
 
 @dataclass(frozen=True)
@@ -97,10 +97,12 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
         try:
             case = describe(graph, op)
         except Unsupported as exc:
-            report.add(OpRecord(op.name, op_type_label(op), skipped=str(exc)))
+            report.add(OpRecord(op.name, op_type_label(op), skipped=str(exc), fused_names=fused_names(op)))
             continue
         except AoeError as exc:
-            report.add(OpRecord(op.name, op_type_label(op), error=str(exc)))
+            # inconsistent attributes: no case to look up, so it counts as a case of its own, unsatisfied
+            report.add(OpRecord(op.name, op_type_label(op), "unsatisfied", error=str(exc),
+                                fused_names=fused_names(op)))
             continue
         cases.setdefault(case.case_id, (case, []))[1].append(op)
     report.cases_tuned = len(cases)
@@ -116,7 +118,11 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
         in_bank = entry is not None
         ident = repr(cid)
         if isinstance(result, str):
-            recs = [OpRecord(op.name, op_type_label(op), error=result, case=ident) for op in ops]
+            # A failed case still counts: nothing is written, so it is reserved when a bank holds
+            # it and unsatisfied otherwise (the counters' identities and "every case" both hold).
+            outcome = decide(in_bank, False, in_use, None)
+            recs = [OpRecord(op.name, op_type_label(op), outcome.value, in_use, in_use, error=result, case=ident,
+                             fused_names=fused_names(op)) for op in ops]
         else:
             tuned = result.after_us if result is not None else None
             outcome = decide(in_bank, cfg.repeat_tune, in_use, tuned)
@@ -124,14 +130,13 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
             if result is not None:
                 report.evaluations += result.evaluations
                 if outcome.writes:
-                    kinds_out = _kinds_against(result, in_use if in_bank else result.before_us)
+                    kinds_out = kinds_against(result, in_use)
                     if custom is not None:
                         custom.save([make_pending(case.op_type, case.key, result.knowledge, result.after_us,
-                                                  default_t, {"soc": soc.name,
-                                                              "kinds": sorted(result.helped_kinds())})])
+                                                  default_t, {"soc": soc.name, "kinds": sorted(kinds_out)})])
             after = tuned if outcome.writes else in_use
-            recs = [OpRecord(op.name, op_type_label(op), outcome.value, in_use, after, kinds_out, case=ident)
-                    for op in ops]
+            recs = [OpRecord(op.name, op_type_label(op), outcome.value, in_use, after, kinds_out, case=ident,
+                             fused_names=fused_names(op)) for op in ops]
         for rec in recs:
             report.add(rec)
         events.case_done(recs, in_bank)
@@ -141,6 +146,7 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
         if events.should_stop():
             stopped = True
             break
+        entry = None
         try:
             entry = chain.lookup(case.op_type, case.key)
             default_t = price(case, soc, None, measure, extra_cache)
@@ -153,7 +159,8 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
                 if in_use is None or not np.isfinite(in_use):
                     in_use = entry.perf_us
         except Exception as exc:  # noqa: BLE001 - a broken measure fails this case only
-            finish(cid, case, None, None, 0.0, f"{type(exc).__name__}: {exc}")
+            in_use = entry.perf_us if entry is not None else None
+            finish(cid, case, entry, in_use, 0.0, f"{type(exc).__name__}: {exc}")
             continue
         if not should_tune(entry is not None, cfg.repeat_tune):
             finish(cid, case, entry, in_use, default_t, None)
@@ -191,12 +198,13 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
     return report
 
 
-def _kinds_against(result: TuneResult, in_use: float | None) -> dict[str, KindGain]:
-    """Per-kind gains of a tuned case; for an update the first helping kind starts from the bank's time."""
-    kinds = dict(result.kinds)
-    if in_use is not None and kinds:
-        first = next((k for k in KINDS if k in kinds and kinds[k].helped), None)
-        if first is not None and in_use != result.before_us:
-            g = kinds[first]
-            kinds[first] = KindGain(in_use if in_use > g.after_us else g.before_us, g.after_us)
-    return kinds
+def kinds_against(result: TuneResult, in_use: float | None) -> dict[str, KindGain]:
+    """The kinds of the final strategy chained from the time of the strategy in use.
+
+    `in_use` is what the compiler would run before this tuning: the bank's strategy on a hit, else
+    CANN's default (None: the tuner's own "before"). Steps that do not beat the running time are
+    folded into the next, so the first step starts at `in_use`, each starts where the previous
+    ended, the last ends at the tuned time, and only kinds the stored strategy uses appear.
+    """
+    start = result.before_us if in_use is None else in_use
+    return chain_steps([(k, g.after_us) for k, g in result.helped_kinds().items()], start)

@@ -3,6 +3,16 @@
 A case (one distinct operator shape) may be shared by several operators: each operator gets its own
 record, and the counters count the case once (records carry the case's identity in `case`).
 Records save and restore their own resume state, so an interrupted job can go on where it stopped.
+
+Counting rule: every distinct tunable case counts once in `total_num`, failed ones included. A case
+whose tuning failed writes nothing, so it is `reserved` when a bank already held it and
+`unsatisfied` otherwise; an operator whose attributes are inconsistent (no case can be built) counts
+as an unsatisfied case of its own. Skipped operators (no kernel model, dynamic shapes) are not cases
+and are not counted. So `hit = update + reserved`, `total = add + hit + unsatisfied`, and `total` is
+the number of cases the run went through, whatever happened to them.
+
+A fused operator (`fused_names`: the original operators it replaced) is written under the names of
+all its operators joined, as the product does, and its `op_type` is the list of their types.
 """
 from __future__ import annotations
 
@@ -27,6 +37,12 @@ class OpRecord:
     skipped: str | None = None           # reason it was not tunable
     error: str | None = None             # why tuning failed
     case: str | None = None              # identity of its case (operators sharing one count once)
+    fused_names: tuple[str, ...] = ()    # the original operators a fused operator replaced (>= 2), else ()
+
+    @property
+    def result_name(self) -> str:
+        """The `op_name` a result file shows: the fused operators' names joined, else the name."""
+        return "".join(self.fused_names) if len(self.fused_names) > 1 else self.op_name
 
     @property
     def key(self) -> str:
@@ -57,21 +73,23 @@ class OpRecord:
                               "performance_before_tune(us)": round(g.before_us, 3),
                               "performance_improvement": improvement(g.before_us, g.after_us),
                               "update_mode": self.outcome}
-        return {"op_name": self.op_name, "op_type": self.op_type, "tune_performance": perf}
+        return {"op_name": self.result_name, "op_type": self.op_type, "tune_performance": perf}
 
     def to_state(self) -> dict[str, Any]:
         """JSON-ready resume state (`record_from_state` reads it back)."""
         return {"op_name": self.op_name, "op_type": self.op_type, "outcome": self.outcome,
                 "before_us": self.before_us, "after_us": self.after_us,
                 "kinds": {k: [g.before_us, g.after_us] for k, g in self.kinds.items()},
-                "skipped": self.skipped, "error": self.error, "case": self.case}
+                "skipped": self.skipped, "error": self.error, "case": self.case,
+                "fused_names": list(self.fused_names)}
 
 
 def record_from_state(d: Mapping[str, Any]) -> OpRecord:
     """An `OpRecord` from its resume state (raises KeyError/TypeError/ValueError when damaged)."""
     return OpRecord(str(d["op_name"]), d["op_type"], d.get("outcome"), d.get("before_us"), d.get("after_us"),
                     {str(k): KindGain(float(v[0]), float(v[1])) for k, v in (d.get("kinds") or {}).items()},
-                    d.get("skipped"), d.get("error"), d.get("case"))
+                    d.get("skipped"), d.get("error"), d.get("case"),
+                    tuple(str(n) for n in (d.get("fused_names") or ())))
 
 
 class OpatReport:
@@ -137,7 +155,7 @@ class OpatReport:
             "repo_summary": counters.to_dict(),
         }
         if self.status == FAILED:
-            out["tuning_failed_operators"] = [r.op_name for r in records if r.error]
+            out["tuning_failed_operators"] = [r.result_name for r in records if r.error]
         return out
 
 

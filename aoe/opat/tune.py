@@ -8,14 +8,18 @@
   matmul A or B resident in L1, split-K across cores, a vector GEMV for tiny M; for conv 1x1 as
   matmul and depthwise on the Vector unit; for vector operators the `impl` alternatives of the kernel.
 
-The "before" is CANN's default strategy on the default variant; each kind that helped reports its
-before/after (Schedule: default -> tuned tiling; Format: tuned default layout -> best layout; Impl:
-best so far -> best implementation).
+The "before" is CANN's default strategy on the default variant. `TuneResult.kinds` says what each
+stage found; `TuneResult.steps` describes the *final* strategy step by step: only kinds the final
+strategy actually uses appear (a Format step only if the chosen layout is not the default one, an
+Impl step only if the kernel or implementation class is not the default one, a Schedule step only if
+the final tiling is the Schedule stage's tuning of the default kernel), and the steps chain from the
+"before" to the "after", so the product of their before/after ratios is the total before/after.
+When Impl wins, the Schedule and Format steps it replaced are dropped and Impl starts at "before".
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
@@ -23,7 +27,7 @@ import numpy as np
 from ..errors import AoeError
 from ..bank.schema import schema_for
 from ..graph.singleop import single_ops_graph
-from ..ops import HIGH_PERFORMANCE, IMPL_MODES, OpCase, Variant, describe
+from ..ops import BOTH, HIGH_PERFORMANCE, IMPL_MODES, PERF_ONLY, OpCase, Variant, describe
 from ..sim import Conv2D, MatMul, SimOp, VectorOp, default_strategy, simulate, strategy_fields
 from ..sim.heuristics import MM_FIELDS, default_vector
 from ..sim.ops import DTYPE_BYTES
@@ -49,6 +53,9 @@ def matmul_impl_class(op: MatMul, rows: np.ndarray) -> np.ndarray:
 
 
 MATMUL_IMPLS = {0: "standard", 1: "a_resident_l1", 2: "b_resident_l1", 3: "split_k"}
+# Split-K adds the fp32 partial sums of several cores atomically, in an order that changes the
+# rounding: like the catalogue's atomic reductions it is a high_performance-only implementation.
+MATMUL_IMPL_MODES = {0: BOTH, 1: BOTH, 2: BOTH, 3: PERF_ONLY}
 
 
 def _restricted(space: FactoredSpace, keep: Callable[[np.ndarray], np.ndarray],
@@ -121,10 +128,15 @@ class TuneResult:
     impl: str                          # implementation chosen
     strategy: dict[str, int]           # tiling of the chosen kernel model
     knowledge: dict[str, Any]          # what goes into the bank (tiling + format/impl choices)
-    kinds: dict[str, KindGain]         # per tuning kind that was run
+    kinds: dict[str, KindGain]         # per tuning kind that was run: what its stage found
     evaluations: int
     seconds: float
     sim_op: SimOp | None = None
+    steps: dict[str, KindGain] = field(default_factory=dict)  # the final strategy, kind by kind
+
+    def __post_init__(self) -> None:
+        if not self.steps:
+            self.steps = {k: g for k, g in self.kinds.items() if g.helped}
 
     @property
     def improved(self) -> bool:
@@ -132,8 +144,8 @@ class TuneResult:
         return self.after_us < self.before_us
 
     def helped_kinds(self) -> dict[str, KindGain]:
-        """Only the kinds that made it faster (what the result file reports)."""
-        return {k: g for k, g in self.kinds.items() if g.helped}
+        """The kinds the final strategy uses, chained from before to after (what the result file reports)."""
+        return dict(self.steps)
 
 
 def _price_default(soc: Soc, variant: Variant, measure: Measure) -> tuple[float, dict[str, int]]:
@@ -182,8 +194,8 @@ def tune_case(case: OpCase, soc: Soc | str, kinds: Sequence[str] = KINDS, budget
     if not np.isfinite(before):
         raise AoeError(f"{case.op_type} {case.op_name!r}: the default strategy is not valid on {soc.name}")
 
-    # best so far: (time, variant, impl label, strategy row or dict)
-    best: dict[str, Any] = {"t": before, "variant": base, "impl": "default", "row": default_strat}
+    # best so far: time, variant, impl label, strategy row or dict, and the path of kinds that led to it
+    best: dict[str, Any] = {"t": before, "variant": base, "impl": "default", "row": default_strat, "path": []}
     gains: dict[str, KindGain] = {}
 
     def run(variant: Variant, space: FactoredSpace, share: float) -> SearchResult:
@@ -211,7 +223,8 @@ def tune_case(case: OpCase, soc: Soc | str, kinds: Sequence[str] = KINDS, budget
         res = run(base, space, 1.0)
         after = min(before, res.time_us)
         if res.found and res.time_us < before:
-            best.update(t=res.time_us, row=res.row, impl=_class_name(base.sim_op, default_class))
+            best.update(t=res.time_us, row=res.row, impl=_class_name(base.sim_op, default_class),
+                        path=[("Schedule", res.time_us)])
         gains["Schedule"] = KindGain(before, after)
     if "Format" in kinds and len(case.formats) > 1:
         start = best["t"]
@@ -233,7 +246,10 @@ def tune_case(case: OpCase, soc: Soc | str, kinds: Sequence[str] = KINDS, budget
             cand = min(t_screen, res.time_us + extra) if res.found else t_screen
             if cand < best["t"]:
                 use_row = res.row if res.found and res.time_us + extra <= t_screen else best["row"]
-                best.update(t=cand, variant=variant, row=use_row, impl=_class_name(variant.sim_op, default_class))
+                # the Schedule step stays on the path only while the tiling is still a tuned one
+                kept = [p for p in best["path"] if p[0] == "Schedule" and not isinstance(use_row, dict)]
+                best.update(t=cand, variant=variant, row=use_row, impl=_class_name(variant.sim_op, default_class),
+                            path=kept + [("Format", cand)])
         gains["Format"] = KindGain(start, best["t"])
     if "Impl" in kinds:
         start = best["t"]
@@ -242,8 +258,11 @@ def tune_case(case: OpCase, soc: Soc | str, kinds: Sequence[str] = KINDS, budget
             res = run(variant, space, 0.25)
             extra = conversion_us(soc, variant, conv_cache)
             if res.found and res.time_us + extra < best["t"]:
+                # another kernel or implementation class in the default layout: the Schedule and
+                # Format steps it replaces are not part of the final strategy
                 best.update(t=res.time_us + extra, variant=variant, row=res.row,
-                            impl=variant.label if cls is None else _class_name(variant.sim_op, cls))
+                            impl=variant.label if cls is None else _class_name(variant.sim_op, cls),
+                            path=[("Impl", res.time_us + extra)])
         gains["Impl"] = KindGain(start, best["t"])
 
     variant: Variant = best["variant"]
@@ -252,7 +271,22 @@ def tune_case(case: OpCase, soc: Soc | str, kinds: Sequence[str] = KINDS, budget
     strategy = dict(row) if isinstance(row, dict) else dict(zip(fields, (int(v) for v in row)))
     knowledge = _knowledge(case, variant, strategy, best["impl"])
     return TuneResult(case.op_type, before, best["t"], variant.label, best["impl"], strategy, knowledge, gains,
-                      evals, time.perf_counter() - t0, variant.sim_op)
+                      evals, time.perf_counter() - t0, variant.sim_op, steps=chain_steps(best["path"], before))
+
+
+def chain_steps(path: Sequence[tuple[str, float]], before: float) -> dict[str, KindGain]:
+    """Kind -> before/after along `path` (kind, time after it) starting at `before`.
+
+    Steps that do not get below the running time are folded into the next one, so the steps chain
+    from `before` to the final time and the product of their ratios is before / after.
+    """
+    steps: dict[str, KindGain] = {}
+    cur = before
+    for kind, t in path:
+        if t < cur:
+            steps[kind] = KindGain(cur, t)
+            cur = t
+    return steps
 
 
 def _default_impl_class(op: SimOp, strat: dict[str, int]) -> int | None:
@@ -289,7 +323,7 @@ def _impl_candidates(case: OpCase, default_class: int | None,
     base = case.default
     if isinstance(base.sim_op, MatMul):
         for cls in MATMUL_IMPLS:
-            if cls != default_class:
+            if cls != default_class and implmode in MATMUL_IMPL_MODES[cls]:
                 yield base, cls
     elif isinstance(base.sim_op, VectorOp):
         for v in case.impls:

@@ -323,10 +323,16 @@ def _impl_modes(name: str, impl: int) -> frozenset[str]:
     return BOTH
 
 
+# provenance, not maths: operator names never enter a key
+_NOT_KEY = frozenset({"fused_names", "fused_ops"})
+
+
 def _key_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
     """Attributes that identify a case (floats such as epsilon kept; bulky lists trimmed)."""
     out = {}
     for k, v in sorted(attrs.items()):
+        if k in _NOT_KEY:
+            continue
         if isinstance(v, (bool, int, str)) or v is None:
             out[k] = v
         elif isinstance(v, float):

@@ -369,6 +369,9 @@ class _Importer:
                     continue
                 mm.inputs.append(b)
                 mm.attrs["has_bias"] = True
+                # keep the original operators: results name a fused operator by all of them
+                mm.attrs["fused_names"] = [mm.name, op.name]
+                mm.attrs["fused_ops"] = [mm.type, "Add"]
                 mm.outputs = list(op.outputs)
                 drop.add(i)
                 break
