@@ -1,0 +1,304 @@
+"""Every fenced code block of the project's README files runs, as a user would run it.
+
+- ```python blocks run in a fresh interpreter (`sys.executable -c`);
+- ```bash blocks: the lines that start with `aoe`, `VAR=... aoe`, `mkdir` or `export` run in one bash
+  script, in order (so an `export` reaches the lines after it); `pip install X && rest` runs `rest`;
+  every such line must exit 0, or N when a comment on it says `# exit N`; other lines (pip, pytest,
+  python bench/...) are left to CI;
+- ```json blocks must parse, ```ini blocks must be read by configparser; other blocks are not code.
+
+Each block runs in its own temporary directory with the job variables removed and bank, work path,
+locks, HOME and TMPDIR inside it (search budget 2000, so tuning a zoo model takes seconds). The
+placeholders of the docs are made real there: `/data/bank` and `/path/to/X` become directories or
+files in the temporary directory, and `model.onnx` is a small ONNX model written beside the block.
+Blocks that use TensorFlow or PyTorch are skipped when that framework is not installed. After each
+block the test checks that nothing appeared outside the temporary directory.
+"""
+from __future__ import annotations
+
+import configparser
+import importlib.util
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conftest import isolated_environ
+
+REPO = Path(__file__).resolve().parents[1]
+TIMEOUT_S = 600          # per block; a block needing this long is a bug in the block (the budget keeps them short)
+
+# Absolute placeholders the docs use for "your bank / your file"; none of them may exist after a block.
+ABSOLUTE_PLACEHOLDERS = ("/data/bank", "/path/to/bank", "/path/to")
+
+
+def readme_files() -> list[Path]:
+    """README.md, ARCHITECTURE.md (when present) and every README.md below aoe/."""
+    files = [REPO / "README.md", REPO / "ARCHITECTURE.md"]
+    files += sorted(p for p in (REPO / "aoe").rglob("README.md") if "__pycache__" not in p.parts)
+    return [p for p in files if p.is_file()]
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced code block: its file, 1-based index among the file's blocks, language, first line, text."""
+
+    path: Path
+    index: int
+    lang: str
+    line: int
+    text: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.path.relative_to(REPO)} block {self.index} (line {self.line}, {self.lang or 'no language'})"
+
+
+_FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
+
+
+def fenced_blocks(path: Path) -> list[Block]:
+    """The fenced blocks of a Markdown file (fences may be indented, e.g. inside a list item)."""
+    blocks: list[Block] = []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    i = 0
+    while i < len(lines):
+        m = _FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        indent, fence, lang = len(m.group(1)), m.group(2), m.group(3).lower()
+        body: list[str] = []
+        j = i + 1
+        while j < len(lines) and not re.match(rf"^\s*{re.escape(fence[0])}{{{len(fence)},}}\s*$", lines[j]):
+            body.append(lines[j][indent:] if lines[j][:indent].strip() == "" else lines[j].lstrip())
+            j += 1
+        if j == len(lines):
+            raise AssertionError(f"{path.relative_to(REPO)}: the code block opened on line {i + 1} is never closed")
+        blocks.append(Block(path, len(blocks) + 1, lang, i + 1, "\n".join(body) + "\n"))
+        i = j + 1
+    return blocks
+
+
+ALL_BLOCKS = [b for f in readme_files() for b in fenced_blocks(f)]
+
+
+# --- what a block needs ---------------------------------------------------------------------------
+
+_FRAMEWORKS = {
+    "tensorflow": re.compile(r"\b(import|from)\s+tensorflow\b|\baoe\.(graph\.)?tf\b|--framework[ =](3|tensorflow)\b"
+                             r"|\s-f\s+3\b|framework\s*=\s*(3|\"tensorflow\"|'tensorflow')"),
+    "torch": re.compile(r"\b(import|from)\s+torch\b|\baoe\.(graph\.)?(torch|fx)\b|--framework[ =](torch|pytorch)\b"
+                        r"|framework\s*=\s*(\"torch\"|'torch'|\"pytorch\"|'pytorch')"),
+}
+
+
+def missing_framework(text: str) -> str | None:
+    """The optional framework a block uses that is not installed here, if any."""
+    for name, pattern in _FRAMEWORKS.items():
+        if pattern.search(text) and importlib.util.find_spec(name) is None:
+            return name
+    return None
+
+
+def with_real_paths(text: str, tmp: Path) -> str:
+    """The block with its absolute placeholders pointing into `tmp` (`/path/to/X` -> `tmp/X`)."""
+    text = re.sub(r"(?<![\w./])/data/bank(?![\w.-])", str(tmp / "bank"), text)
+    return re.sub(r"(?<![\w./])/path/to/(?=[\w.-])", str(tmp) + "/", text)
+
+
+def tiny_model(path: Path) -> None:
+    """`model.onnx` of the docs: input "input" [8,3,224,224] -> Conv 3x3/2 -> Relu -> GlobalAveragePool."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, [8, 3, 224, 224])
+    y = helper.make_tensor_value_info("output", TensorProto.FLOAT, [8, 16, 1, 1])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [16, 3, 3, 3], [0.0] * (16 * 3 * 3 * 3))
+    nodes = [helper.make_node("Conv", ["input", "w"], ["c"], name="conv", strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("GlobalAveragePool", ["r"], ["output"], name="pool")]
+    graph = helper.make_graph(nodes, "model", [x], [y], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def sandbox(tmp: Path) -> dict[str, str]:
+    """The block's environment: no job variables; bank, work path, locks, HOME and TMPDIR under `tmp`."""
+    env = isolated_environ(tmp)                 # bank (created), locks, HOME, AOE_SEARCH_BUDGET=2000
+    for sub in ("work", "tmp"):
+        (tmp / sub).mkdir(exist_ok=True)
+    env.update(ASCEND_WORK_PATH=str(tmp / "work"), TMPDIR=str(tmp / "tmp"), PYTHONDONTWRITEBYTECODE="1")
+    tiny_model(tmp / "model.onnx")
+    return env
+
+
+# --- bash blocks ----------------------------------------------------------------------------------
+
+_ASSIGN = r"""\w+=(\$\([^)]*\)|"[^"]*"|'[^']*'|\S*)\s+"""      # VAR=value, VAR=$(cmd), VAR="a b"
+_RUNNABLE = re.compile(rf"^(({_ASSIGN})*aoe(\s|$)|mkdir\s|export\s)")
+_EXIT = re.compile(r"#.*\bexit\s+(\d+)\b")
+
+
+def bash_commands(text: str) -> list[tuple[str, int]]:
+    """(command, expected exit code) for each line of a bash block that the test runs."""
+    out = []
+    for line in text.replace("\\\n", " ").splitlines():
+        line = line.strip()
+        if line.startswith("$ "):
+            line = line[2:].lstrip()
+        m = re.match(r"^pip\s+install\s+[^&;|]*&&\s*(.*)$", line)
+        if m:                                   # CI installs the package; run what follows
+            line = m.group(1)
+        if _RUNNABLE.match(line):
+            want = _EXIT.search(line)
+            out.append((line, int(want.group(1)) if want else 0))
+    return out
+
+
+def bash_script(commands: list[tuple[str, int]]) -> str:
+    """One script running the commands in order, stopping at the first unexpected exit code."""
+    parts = []
+    for n, (cmd, want) in enumerate(commands, 1):
+        said = shlex.quote(f"command {n} exited ") + "$rc" + shlex.quote(f" (expected {want}): {cmd}")
+        parts.append(f"{cmd}\nrc=$?\nif [ $rc -ne {want} ]; then echo {said} >&2; exit 1; fi")
+    return "\n".join(parts) + "\n"
+
+
+# --- leaks ----------------------------------------------------------------------------------------
+
+# Files other sessions may be writing into the working tree while the blocks run; a README block's
+# outputs are result files, banks, models, locks, .ini/.json files, never source or docs.
+_AUTHORED = (".py", ".md", ".cpp", ".h", ".hpp", ".toml", ".txt")
+_CACHES = ("__pycache__", ".pytest_cache", ".hypothesis", ".numba_cache", ".ruff_cache", ".mypy_cache")
+# An editor's atomic save of one of those files: `.name.py.<hex>.tmp`.
+_EDITOR_TMP = re.compile(r"\.(py|md|cpp|h|hpp|toml|txt)\.[0-9A-Za-z_]+\.tmp$")
+# The editable install may re-run CMake in the build tree when `aoe` is imported: the package's own doing.
+_BUILD = ("build/", "_skbuild/", "dist/")
+
+
+def tree_state() -> set[str] | None:
+    """Untracked and ignored paths of the git checkout (None when not in one)."""
+    try:
+        out = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=all", "--ignored"],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    paths = set()
+    for line in out.stdout.splitlines():
+        status, path = line[:2], line[3:]
+        if status in ("??", "!!") and not path.endswith(_AUTHORED) and not _EDITOR_TMP.search(path) \
+                and not path.startswith(_BUILD) \
+                and not any(c in path.split("/") for c in _CACHES) and not path.endswith((".pyc", ".nbi", ".nbc")):
+            paths.add(path)
+    return paths
+
+
+# --- README errors reported to the files' owners -----------------------------------------------------
+
+# (README, a text of the broken block) -> the error it fails with. An entry matches only while the
+# block still holds that text and fails with that error; a block that runs again fails the test until
+# its entry is removed, and any other error is reported as usual.
+KNOWN_BROKEN: dict[tuple[str, str], str] = {
+    ("aoe/sgat/README.md", "on_subgraph=lambda rec"):
+        "tune_graph() got an unexpected keyword argument",
+}
+
+
+def known_failure(block: Block) -> str | None:
+    """The error a block is known to fail with (None: it must run)."""
+    name = str(block.path.relative_to(REPO))
+    return next((err for (f, text), err in KNOWN_BROKEN.items() if f == name and text in block.text), None)
+
+
+# --- the test -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("block", ALL_BLOCKS, ids=[f"{b.path.relative_to(REPO)}#{b.index}-{b.lang or 'text'}"
+                                                    for b in ALL_BLOCKS])
+def test_readme_block_runs(block: Block, tmp_path: Path) -> None:
+    if block.lang == "json":
+        json.loads(block.text)
+        return
+    if block.lang == "ini":
+        configparser.ConfigParser().read_string(block.text)
+        return
+    if block.lang not in ("python", "py", "bash", "sh", "shell", "console"):
+        pytest.skip(f"{block.where}: not code that runs")
+    framework = missing_framework(block.text)
+    if framework:
+        pytest.skip(f"{block.where} needs {framework}, which is not installed")
+    is_python = block.lang in ("python", "py")
+    commands = [] if is_python else bash_commands(block.text)
+    if not is_python and not commands:
+        pytest.skip(f"{block.where}: no line for this test to run (pip / pytest / python scripts are CI's)")
+
+    env = sandbox(tmp_path)
+    existed = {p: os.path.lexists(p) for p in ABSOLUTE_PLACEHOLDERS}
+    before = tree_state()
+    text = with_real_paths(block.text, tmp_path)
+    if is_python:
+        argv = [sys.executable, "-c", text]
+    else:
+        argv = ["bash", "-c", bash_script([(with_real_paths(c, tmp_path), want) for c, want in commands])]
+    try:
+        run = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{block.where} did not finish within {TIMEOUT_S} s")
+    after = tree_state()
+
+    known = known_failure(block)
+    if known is not None:
+        assert run.returncode != 0, f"{block.where} runs now: remove its entry from KNOWN_BROKEN"
+        assert known in run.stderr, (f"{block.where} fails, but not with the known error {known!r}:\n"
+                                     f"{run.stderr[-3000:]}")
+        pytest.xfail(f"{block.where}: known README error, reported to its owner: {known}")
+    assert run.returncode == 0, (f"{block.where} failed (exit {run.returncode}):\n{block.text}\n"
+                                 f"--- stderr (end) ---\n{run.stderr[-3000:]}")
+    appeared = [p for p, was in existed.items() if not was and os.path.lexists(p)]
+    assert not appeared, f"{block.where} created {appeared} outside its temporary directory"
+    if before is not None and after is not None:
+        new = sorted(after - before)
+        assert not new, f"{block.where} wrote into the working tree: {new}"
+
+
+# --- the runner's own rules (cheap, no subprocess) -------------------------------------------------
+
+def test_every_readme_is_found() -> None:
+    names = {str(p.relative_to(REPO)) for p in readme_files()}
+    assert "README.md" in names and any(n.startswith("aoe/") for n in names)
+
+
+def test_bash_lines_selected() -> None:
+    text = ("pip install \".[test]\"\npytest tests -q\nmkdir -p bank && export X=1\n"
+            "pip install . && TUNE_BANK_PATH=$(mktemp -d) aoe -m zoo:resnet50 -j 2\n"
+            "AOE_MODE=2 aoe -m model.onnx\naoe bank verify      # exit 1 when a line is damaged\n"
+            "python bench/calibration.py\naoe simulate --op Add \\\n  --shape 8\n")
+    assert bash_commands(text) == [
+        ("mkdir -p bank && export X=1", 0),
+        ("TUNE_BANK_PATH=$(mktemp -d) aoe -m zoo:resnet50 -j 2", 0),
+        ("AOE_MODE=2 aoe -m model.onnx", 0),
+        ("aoe bank verify      # exit 1 when a line is damaged", 1),
+        ("aoe simulate --op Add    --shape 8", 0),
+    ]
+
+
+def test_placeholders_point_into_tmp(tmp_path: Path) -> None:
+    text = 'bank="/data/bank", d="/path/to/bank/Ascend910B2", m="/path/to/model.onnx", keep="/data/banker"'
+    out = with_real_paths(text, tmp_path)
+    assert out == (f'bank="{tmp_path}/bank", d="{tmp_path}/bank/Ascend910B2", m="{tmp_path}/model.onnx", '
+                   f'keep="/data/banker"')
+
+
+def test_fences_inside_list_items(tmp_path: Path) -> None:
+    md = tmp_path / "x.md"
+    md.write_text("- item:\n\n  ```python\n  import aoe\n  ```\n\n```bash\naoe bank ls\n```\n")
+    blocks = fenced_blocks(md)
+    assert [(b.index, b.lang, b.line, b.text) for b in blocks] == [(1, "python", 3, "import aoe\n"),
+                                                                   (2, "bash", 7, "aoe bank ls\n")]
