@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from aoe.bank import OpBank, SubgraphBank
+from aoe.bank import OpBank, SubgraphBank, make_pending, make_subgraph_pending
 from aoe.cli import main
 from conftest import mm_key, mm_know
 
@@ -25,8 +25,8 @@ def run(capsys, *argv):
 
 
 def test_ls_lists_custom_builtin_and_subgraph(bank_dir, capsys):
-    OpBank(bank_dir / SOC, SOC).put(MM, mm_key(16), mm_know(1), 2.5)
-    SubgraphBank(bank_dir).put("42", {"plan": [1]}, 3.0)
+    OpBank(bank_dir / SOC, SOC).save([make_pending(MM, mm_key(16), mm_know(1), 2.5)])[0]
+    SubgraphBank(bank_dir).save([make_subgraph_pending("42", {"plan": [1]}, 3.0)])[0]
     rc, out, _ = run(capsys, "ls")
     assert rc == 0
     assert "custom" in out and "builtin" in out and "subgraph" in out and "2.500us" in out
@@ -40,12 +40,12 @@ def test_ls_lists_custom_builtin_and_subgraph(bank_dir, capsys):
 
 def test_show_by_id_and_repo_key(bank_dir, capsys):
     b = OpBank(bank_dir / SOC, SOC)
-    b.put(MM, mm_key(16), mm_know(1), 2.5)
+    b.save([make_pending(MM, mm_key(16), mm_know(1), 2.5)])[0]
     e = b.lookup(MM, mm_key(16))
     for k in (str(e.id), hex(e.id), f"{MM}:{e.id}"):
         rc, out, _ = run(capsys, "show", k)
         assert rc == 0 and json.loads(out)["knowledge"] == mm_know(1)
-    SubgraphBank(bank_dir).put("1024942313106047484", {"plan": [1]}, 3.0)
+    SubgraphBank(bank_dir).save([make_subgraph_pending("1024942313106047484", {"plan": [1]}, 3.0)])[0]
     rc, out, _ = run(capsys, "show", "1024942313106047484")
     assert rc == 0 and json.loads(out)["repo_key"] == "1024942313106047484"
     rc, _, err = run(capsys, "show", "123")
@@ -54,15 +54,15 @@ def test_show_by_id_and_repo_key(bank_dir, capsys):
 
 def test_export_import_keeps_the_better_strategy(tmp_path, bank_dir, capsys, monkeypatch):
     mine = OpBank(bank_dir / SOC, SOC)
-    mine.put(MM, mm_key(16), mm_know(1), 5.0)  # colleague has it faster
-    mine.put(MM, mm_key(32), mm_know(2), 5.0)  # colleague has it slower
+    mine.save([make_pending(MM, mm_key(16), mm_know(1), 5.0)])[0]  # colleague has it faster
+    mine.save([make_pending(MM, mm_key(32), mm_know(2), 5.0)])[0]  # colleague has it slower
     theirs_dir = tmp_path / "colleague"
     theirs_dir.mkdir()
     theirs = OpBank(theirs_dir / SOC, SOC)
-    theirs.put(MM, mm_key(16), mm_know(10), 4.0)
-    theirs.put(MM, mm_key(32), mm_know(20), 6.0)
-    theirs.put(MM, mm_key(48), mm_know(30), 1.0)  # new to me
-    SubgraphBank(theirs_dir).put("9", {"plan": [2]}, 1.0)
+    theirs.save([make_pending(MM, mm_key(16), mm_know(10), 4.0)])[0]
+    theirs.save([make_pending(MM, mm_key(32), mm_know(20), 6.0)])[0]
+    theirs.save([make_pending(MM, mm_key(48), mm_know(30), 1.0)])[0]  # new to me
+    SubgraphBank(theirs_dir).save([make_subgraph_pending("9", {"plan": [2]}, 1.0)])[0]
     exported = tmp_path / "colleague.jsonl"
     rc, out, _ = run(capsys, "--tune_bank_path", str(theirs_dir), "export", str(exported))
     assert rc == 0 and "exported 3 operator and 1 subgraph" in out
@@ -99,7 +99,7 @@ def test_import_refuses_other_socs_and_bad_records(tmp_path, bank_dir, capsys):
 def test_verify_reports_damage_with_file_and_line(bank_dir, capsys):
     b = OpBank(bank_dir / SOC, SOC)
     for m in (16, 32):
-        b.put(MM, mm_key(m), mm_know(m), 1.0)
+        b.save([make_pending(MM, mm_key(m), mm_know(m), 1.0)])[0]
     rc, out, _ = run(capsys, "verify")
     assert rc == 0 and "0 damaged" in out
     path = b.path_for(MM)

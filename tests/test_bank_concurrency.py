@@ -20,7 +20,7 @@ AOE_PARENT = str(Path(aoe.__file__).resolve().parent.parent)
 
 PRELUDE = """
 import json, sys, warnings
-from aoe.bank import OpBank, SubgraphBank, BankWarning, make_pending
+from aoe.bank import OpBank, SubgraphBank, BankWarning, make_pending, make_subgraph_pending
 from aoe.bank.schema import MATMUL_KNOWLEDGE
 def key(m):
     return {"m": m, "k": 64, "n": 64, "a_dtype": 1, "b_dtype": 1, "out_dtype": 1,
@@ -33,10 +33,10 @@ WRITER = PRELUDE + """
 root, wid, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 bank, sg = OpBank(root, "Ascend910B2"), SubgraphBank(root)
 for i in range(n):
-    bank.put("MatMulV3", key(wid * 100000 + i), know(wid), 1.0)
+    bank.save([make_pending("MatMulV3", key(wid * 100000 + i), know(wid), 1.0)])[0]
     if i % 10 == 0:  # everybody also competes for one shared case; the fastest must win
-        bank.put("MatMulV3", key(10**9), know(wid * 1000 + i), 1000.0 - i - wid / 10)
-        sg.put("shared", {"by": wid, "i": i}, 1000.0 - i - wid / 10)
+        bank.save([make_pending("MatMulV3", key(10**9), know(wid * 1000 + i), 1000.0 - i - wid / 10)])[0]
+        sg.save([make_subgraph_pending("shared", {"by": wid, "i": i}, 1000.0 - i - wid / 10)])[0]
 print("done", flush=True)
 """
 
@@ -146,8 +146,8 @@ def test_kill_9_during_save_leaves_a_loadable_bank(tmp_path):
         saved = max(saved, len(ms))
         start = len(ms)
     # a later save cleans the temp files of killed writers and keeps everything
-    bank.put(MM, {"m": 10**9, "k": 64, "n": 64, "a_dtype": 1, "b_dtype": 1, "out_dtype": 1,
-                  "a_format": 2, "b_format": 2, "out_format": 2}, {f: 0 for f in MATMUL_KNOWLEDGE}, 1.0)
+    bank.save([make_pending(MM, {"m": 10**9, "k": 64, "n": 64, "a_dtype": 1, "b_dtype": 1, "out_dtype": 1,
+                  "a_format": 2, "b_format": 2, "out_format": 2}, {f: 0 for f in MATMUL_KNOWLEDGE}, 1.0)])[0]
     assert not any(x.name.endswith(".tmp") for x in bank.dir.iterdir())
     assert sum(1 for _ in OpBank(tmp_path, SOC).entries()) == saved + 1
     assert saved > 5000  # the children did get work done between kills

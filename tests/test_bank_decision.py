@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aoe.bank import BankChain, OpBank, decide, repeat_tune, should_tune
+from aoe.bank import BankChain, OpBank, decide, make_pending, repeat_tune, should_tune
 from aoe.tuning import Counters, Outcome
 from aoe.errors import AoeError
 
@@ -71,8 +71,8 @@ def test_a_tuning_run_over_a_real_bank(tmp_path):
     soc = "Ascend910B2"
     know = {f: 1 for f in MATMUL_KNOWLEDGE}
     builtin = OpBank(tmp_path / "builtin", soc)
-    builtin.put("MatMulV3", {"m": 1, "k": 1, "n": 1, "a_dtype": 1, "b_dtype": 1, "out_dtype": 1,
-                             "a_format": 2, "b_format": 2, "out_format": 2}, know, 50.0)
+    builtin.save([make_pending("MatMulV3", {"m": 1, "k": 1, "n": 1, "a_dtype": 1, "b_dtype": 1, "out_dtype": 1,
+                             "a_format": 2, "b_format": 2, "out_format": 2}, know, 50.0)])[0]
     builtin.readonly = True
     custom = OpBank(tmp_path / "custom", soc)
     chain = BankChain(custom, builtin)
@@ -92,7 +92,7 @@ def test_a_tuning_run_over_a_real_bank(tmp_path):
             t = tuned if should_tune(e is not None, repeat) else None
             out = decide(e is not None, repeat, in_use, t)
             if out.writes:
-                custom.put("MatMulV3", key(m), {**know, "baseM": m}, t, default)
+                custom.save([make_pending("MatMulV3", key(m), {**know, "baseM": m}, t, default)])[0]
             c.record(out)
         return c.to_dict()
 

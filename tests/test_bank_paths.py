@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from aoe.bank import OpBank, resolve_op_bank_dir, resolve_subgraph_bank_dir
+from aoe.bank import OpBank, make_pending, resolve_op_bank_dir, resolve_subgraph_bank_dir
 from aoe.bank.paths import BankNameError, check_dir, ensure_dir
 from aoe.errors import AoeError
 
@@ -96,9 +96,9 @@ def test_default_location_is_created_on_first_write(tmp_path):
     root = resolve_op_bank_dir(SOC, env)
     assert not root.exists()
     bank = OpBank(root, SOC)
-    bank.put("Relu", {"input_shapes": [[8]], "input_dtypes": [1], "input_formats": [2],
+    bank.save([make_pending("Relu", {"input_shapes": [[8]], "input_dtypes": [1], "input_formats": [2],
                       "output_dtypes": [1], "output_formats": [2]},
-             {"blockDim": 1, "tileLen": 8, "doubleBuffer": 0, "impl": 0}, 1.0)
+             {"blockDim": 1, "tileLen": 8, "doubleBuffer": 0, "impl": 0}, 1.0)])[0]
     assert (root / "unified_bank" / f"{SOC}_24_AiCore_Relu_runtime_kb.json").is_file()
 
 
@@ -108,8 +108,8 @@ def test_writing_into_a_read_only_bank_is_a_clear_error(tmp_path):
     os.chmod(bank.dir, 0o500)
     try:
         with pytest.raises(AoeError, match="unified_bank"):
-            bank.put("Relu", {"input_shapes": [[8]]}, {"blockDim": 1, "tileLen": 8, "doubleBuffer": 0,
-                                                       "impl": 0}, 1.0)
+            bank.save([make_pending("Relu", {"input_shapes": [[8]]}, {"blockDim": 1, "tileLen": 8, "doubleBuffer": 0,
+                                                       "impl": 0}, 1.0)])[0]
     finally:
         os.chmod(bank.dir, 0o700)
 
@@ -124,7 +124,7 @@ def test_hostile_operator_types_never_leave_the_bank(tmp_path, name):
     root.mkdir()
     bank = OpBank(root, SOC)
     with pytest.raises(BankNameError):
-        bank.put(name, {}, {"blockDim": 1, "tileLen": 8, "doubleBuffer": 0, "impl": 0}, 1.0)
+        bank.save([make_pending(name, {}, {"blockDim": 1, "tileLen": 8, "doubleBuffer": 0, "impl": 0}, 1.0)])[0]
     with pytest.raises(BankNameError):
         bank.lookup(name, {})
     with pytest.raises(BankNameError):
@@ -144,7 +144,7 @@ def test_hostile_soc_names_are_refused(tmp_path, soc):
 def test_longest_allowed_name_works(tmp_path):
     name = "A" * 128
     bank = OpBank(tmp_path, SOC)
-    assert bank.put(name, {}, {"blockDim": 1, "tileLen": 8, "doubleBuffer": 0, "impl": 0}, 1.0) == "added"
+    assert bank.save([make_pending(name, {}, {"blockDim": 1, "tileLen": 8, "doubleBuffer": 0, "impl": 0}, 1.0)])[0] == "added"
     assert bank.lookup(name, {}) is not None
 
 
@@ -156,7 +156,7 @@ def test_symlinked_unified_bank_dir_pointing_outside_is_refused(tmp_path):
     (root / "unified_bank").symlink_to(outside)
     bank = OpBank(root, SOC)
     with pytest.raises(AoeError, match="outside the bank directory"):
-        bank.put("Relu", {}, {"blockDim": 1, "tileLen": 8, "doubleBuffer": 0, "impl": 0}, 1.0)
+        bank.save([make_pending("Relu", {}, {"blockDim": 1, "tileLen": 8, "doubleBuffer": 0, "impl": 0}, 1.0)])[0]
     assert list(outside.iterdir()) == []
 
 
@@ -169,7 +169,7 @@ def test_symlinked_bank_file_is_not_followed(tmp_path):
     with pytest.raises(AoeError, match="symbolic link"):
         bank.lookup("Relu", {})
     with pytest.raises(AoeError, match="symbolic link"):
-        bank.put("Relu", {}, {"blockDim": 1, "tileLen": 8, "doubleBuffer": 0, "impl": 0}, 1.0)
+        bank.save([make_pending("Relu", {}, {"blockDim": 1, "tileLen": 8, "doubleBuffer": 0, "impl": 0}, 1.0)])[0]
     assert secret.read_text() == '{"not": "a bank"}\n'
 
 
@@ -183,7 +183,7 @@ def test_new_files_and_dirs_follow_the_shared_directory(tmp_path):
     old = os.umask(0o077)  # a restrictive user umask must not lock the group out
     try:
         bank = OpBank(shared / SOC, SOC)
-        bank.put("Relu", {}, {"blockDim": 1, "tileLen": 8, "doubleBuffer": 0, "impl": 0}, 1.0)
+        bank.save([make_pending("Relu", {}, {"blockDim": 1, "tileLen": 8, "doubleBuffer": 0, "impl": 0}, 1.0)])[0]
     finally:
         os.umask(old)
     f = bank.path_for("Relu")
@@ -202,7 +202,7 @@ def test_a_sticky_public_directory_is_not_copied(tmp_path):
     old = os.umask(0o022)
     try:
         bank = OpBank(public / SOC, SOC)
-        bank.put("Relu", {}, {"blockDim": 1, "tileLen": 8, "doubleBuffer": 0, "impl": 0}, 1.0)
+        bank.save([make_pending("Relu", {}, {"blockDim": 1, "tileLen": 8, "doubleBuffer": 0, "impl": 0}, 1.0)])[0]
     finally:
         os.umask(old)
     assert stat.S_IMODE(os.stat(public / SOC).st_mode) == 0o755  # not world-writable
@@ -212,9 +212,9 @@ def test_a_sticky_public_directory_is_not_copied(tmp_path):
 def test_rewrite_keeps_an_existing_files_mode(tmp_path):
     bank = OpBank(tmp_path, SOC)
     know = {"blockDim": 1, "tileLen": 8, "doubleBuffer": 0, "impl": 0}
-    bank.put("Relu", {}, know, 2.0)
+    bank.save([make_pending("Relu", {}, know, 2.0)])[0]
     os.chmod(bank.path_for("Relu"), 0o640)
-    bank.put("Relu", {}, know, 1.0)
+    bank.save([make_pending("Relu", {}, know, 1.0)])[0]
     assert stat.S_IMODE(os.stat(bank.path_for("Relu")).st_mode) == 0o640
 
 

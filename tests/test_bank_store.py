@@ -7,7 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aoe.bank import BankChain, BankWarning, BuiltinBank, OpBank, SubgraphBank, make_pending, query
+from aoe.bank import (BankChain, BankWarning, BuiltinBank, OpBank, SubgraphBank, make_pending, make_subgraph_pending,
+                      query)
 from aoe.bank.schema import BankKeyError, schema_for
 from aoe.codes import DTYPES, FORMATS, dtype_code, dtype_name, format_code, format_name
 from aoe.bank.query import clear_cache
@@ -154,7 +155,7 @@ def test_matmul_round_trip_is_exact(tmp_path_factory, key, know, extra, perf):
             table = codes[0] if f.endswith("_dtype") else codes[1]
             key[f] = table[key[f] % len(table)]
     know = {**know, **extra}
-    OpBank(root, SOC).put(MM, key, know, perf, perf * 2)
+    OpBank(root, SOC).save([make_pending(MM, key, know, perf, perf * 2)])[0]
     e = OpBank(root, SOC).lookup(MM, key)  # a fresh process view: read from disk
     assert e is not None
     assert e.info_dict == key and list(e.info_dict) == list(MATMUL_KEY)
@@ -171,7 +172,7 @@ def test_conv_round_trip_is_exact(tmp_path_factory, key, know):
         key[f] = 1
     for f in ("a_format", "b_format", "c_format"):
         key[f] = 3
-    OpBank(root, SOC).put("Conv2D", key, know, 1.0)
+    OpBank(root, SOC).save([make_pending("Conv2D", key, know, 1.0)])[0]
     e = OpBank(root, SOC).lookup("Conv2D", key)
     assert e.info_dict == key and e.knowledge == know
 
@@ -186,7 +187,7 @@ def test_vector_round_trip_is_exact(tmp_path_factory, shapes, attrs, know, extra
     key = {"op_type": op, "input_shapes": shapes, "input_dtypes": [1] * len(shapes),
            "input_formats": [2] * len(shapes), "output_dtypes": [0], "output_formats": [2], "attrs": attrs}
     know = {**know, **extra}
-    OpBank(root, SOC).put(op, key, know, 3.5)
+    OpBank(root, SOC).save([make_pending(op, key, know, 3.5)])[0]
     e = OpBank(root, SOC).lookup(op, key)
     assert e is not None and e.info_dict == key and e.knowledge == know
 
@@ -195,11 +196,11 @@ def test_knowledge_that_cannot_round_trip_is_refused(tmp_path):
     bank = OpBank(tmp_path, SOC)
     for bad in ({"t": (1, 2)}, {"nan": float("nan")}, {"inf": float("inf")}, {"o": object()}, {1: 2}):
         with pytest.raises(AoeError):
-            bank.put(MM, mm_key(), {**mm_know(), **bad}, 1.0)
+            bank.save([make_pending(MM, mm_key(), {**mm_know(), **bad}, 1.0)])[0]
     with pytest.raises(BankKeyError, match="baseK"):
-        bank.put(MM, mm_key(), {f: 1 for f in MATMUL_KNOWLEDGE if f != "baseK"}, 1.0)
+        bank.save([make_pending(MM, mm_key(), {f: 1 for f in MATMUL_KNOWLEDGE if f != "baseK"}, 1.0)])[0]
     with pytest.raises(AoeError, match="perf_us"):
-        bank.put(MM, mm_key(), mm_know(), -1.0)
+        bank.save([make_pending(MM, mm_key(), mm_know(), -1.0)])[0]
     assert not bank.path_for(MM).exists()
 
 
@@ -207,7 +208,7 @@ def test_knowledge_that_cannot_round_trip_is_refused(tmp_path):
 
 def test_hit_needs_the_whole_key(tmp_path):
     bank = OpBank(tmp_path, SOC)
-    bank.put(MM, mm_key(), mm_know(), 5.0)
+    bank.save([make_pending(MM, mm_key(), mm_know(), 5.0)])[0]
     assert bank.lookup(MM, mm_key()) is not None
     for f in MATMUL_KEY:
         other = mm_key(**{f: mm_key()[f] + 7})
@@ -217,7 +218,7 @@ def test_hit_needs_the_whole_key(tmp_path):
 
 def test_friendly_and_exact_keys_find_the_same_case(tmp_path):
     bank = OpBank(tmp_path, SOC)
-    bank.put(MM, mm_key(b_format=29, trans_b_flag=1), mm_know(), 5.0)
+    bank.save([make_pending(MM, mm_key(b_format=29, trans_b_flag=1), mm_know(), 5.0)])[0]
     assert bank.lookup(MM, {"m": 128, "k": 256, "n": 512, "a_dtype": "float16", "b_dtype": "float16",
                             "out_dtype": "float16", "a_format": "ND", "b_format": "FRACTAL_NZ",
                             "out_format": "ND", "trans_b_flag": True}) is not None
@@ -227,9 +228,9 @@ def test_forced_hash_collision_is_not_a_hit(tmp_path):
     const = lambda data: 12345  # noqa: E731 - every key collides
     bank = OpBank(tmp_path, SOC, hash_fn=const)
     a, b, c = mm_key(m=16), mm_key(m=32), mm_key(m=48)
-    bank.put(MM, a, mm_know(1), 1.0)
+    bank.save([make_pending(MM, a, mm_know(1), 1.0)])[0]
     assert bank.lookup(MM, b) is None  # same id, different key: a miss
-    bank.put(MM, b, mm_know(2), 1.0)  # added, not a replacement of a
+    bank.save([make_pending(MM, b, mm_know(2), 1.0)])[0]  # added, not a replacement of a
     fresh = OpBank(tmp_path, SOC, hash_fn=const)
     assert fresh.lookup(MM, a).knowledge == mm_know(1)
     assert fresh.lookup(MM, b).knowledge == mm_know(2)
@@ -237,7 +238,7 @@ def test_forced_hash_collision_is_not_a_hit(tmp_path):
     lines = bank.path_for(MM).read_text().splitlines()
     assert len(lines) == 2 and all(json.loads(x)["id"] == 12345 for x in lines)
     # vector keys whose attrs differ only in JSON type (true vs 1) stay apart under a collision too
-    bank.put("Add", vec_key(attrs={"x": 1}), VEC_KNOW, 1.0)
+    bank.save([make_pending("Add", vec_key(attrs={"x": 1}), VEC_KNOW, 1.0)])[0]
     assert bank.lookup("Add", vec_key(attrs={"x": True})) is None
     assert bank.lookup("Add", vec_key(attrs={"x": 1.0})) is None
 
@@ -245,7 +246,7 @@ def test_forced_hash_collision_is_not_a_hit(tmp_path):
 def test_stored_id_is_crc32_of_the_packed_key(tmp_path):
     import zlib
     bank = OpBank(tmp_path, SOC)
-    bank.put(MM, mm_key(), mm_know(), 1.0)
+    bank.save([make_pending(MM, mm_key(), mm_know(), 1.0)])[0]
     rec = json.loads(bank.path_for(MM).read_text())
     assert rec["id"] == zlib.crc32(schema_for(MM).pack(MM, mm_key()))
     assert set(rec) == {"id", "op", "version", "info_dict", "knowledge", "aoe"}
@@ -261,9 +262,9 @@ def test_cann_records_without_aoe_field_load_with_their_id_kept(tmp_path):
     e = bank.lookup(MM, mm_key(m=64))  # id 7 is CANN's hash, not ours: found through the key
     assert e is not None and e.id == 7 and e.perf_us is None and e.aoe == {}
     # unknown perf: a tuned strategy replaces it; the CANN line is rewritten only then
-    assert bank.put(MM, mm_key(m=128), mm_know(), 2.0) == "added"
+    assert bank.save([make_pending(MM, mm_key(m=128), mm_know(), 2.0)])[0] == "added"
     assert bank.path_for(MM).read_text().splitlines()[0] == line  # untouched lines stay verbatim
-    assert bank.put(MM, mm_key(m=64), mm_know(9), 2.0) == "replaced"
+    assert bank.save([make_pending(MM, mm_key(m=64), mm_know(9), 2.0)])[0] == "replaced"
     assert bank.lookup(MM, mm_key(m=64)).knowledge == mm_know(9)
 
 
@@ -271,10 +272,10 @@ def test_cann_records_without_aoe_field_load_with_their_id_kept(tmp_path):
 
 def test_keep_the_better_strategy(tmp_path):
     bank = OpBank(tmp_path, SOC)
-    assert bank.put(MM, mm_key(), mm_know(1), 10.0, 20.0) == "added"
-    assert bank.put(MM, mm_key(), mm_know(2), 12.0, 20.0) == "kept"
-    assert bank.put(MM, mm_key(), mm_know(3), 10.0, 20.0) == "kept"  # a tie keeps what is there
-    assert bank.put(MM, mm_key(), mm_know(4), 8.0, 20.0) == "replaced"
+    assert bank.save([make_pending(MM, mm_key(), mm_know(1), 10.0, 20.0)])[0] == "added"
+    assert bank.save([make_pending(MM, mm_key(), mm_know(2), 12.0, 20.0)])[0] == "kept"
+    assert bank.save([make_pending(MM, mm_key(), mm_know(3), 10.0, 20.0)])[0] == "kept"  # a tie keeps what is there
+    assert bank.save([make_pending(MM, mm_key(), mm_know(4), 8.0, 20.0)])[0] == "replaced"
     e = OpBank(tmp_path, SOC).lookup(MM, mm_key())
     assert e.knowledge == mm_know(4) and e.perf_us == 8.0
     assert len(bank.path_for(MM).read_text().splitlines()) == 1
@@ -304,7 +305,7 @@ def test_same_key_duplicates_last_one_counts(tmp_path):
 def test_corrupt_lines_are_skipped_with_a_warning_and_kept(tmp_path):
     bank = OpBank(tmp_path, SOC)
     for m in (16, 32, 48):
-        bank.put(MM, mm_key(m=m), mm_know(m), 1.0)
+        bank.save([make_pending(MM, mm_key(m=m), mm_know(m), 1.0)])[0]
     path = bank.path_for(MM)
     lines = path.read_text().splitlines()
     damaged = [lines[0], "{not json", lines[1], '{"id": "x"}', '[1, 2]',
@@ -320,7 +321,7 @@ def test_corrupt_lines_are_skipped_with_a_warning_and_kept(tmp_path):
     assert fresh.lookup(MM, mm_key(m=48)) is None  # it was the truncated one
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", BankWarning)
-        fresh.put(MM, mm_key(m=64), mm_know(), 1.0)
+        fresh.save([make_pending(MM, mm_key(m=64), mm_know(), 1.0)])[0]
     after = path.read_text().splitlines()
     for bad in damaged[1:]:
         if bad not in lines:
@@ -346,9 +347,9 @@ def test_off_schema_records_are_skipped_not_returned(tmp_path):
 def test_subgraph_bank(tmp_path):
     sg = SubgraphBank(tmp_path)
     assert sg.lookup("1024942313106047484") is None
-    assert sg.put("1024942313106047484", {"plan": [1, 2], "split": {"a": 1}}, 10.0, 20.0) == "added"
-    assert sg.put("1024942313106047484", {"plan": [3]}, 11.0) == "kept"
-    assert sg.put("1024942313106047484", {"plan": [4]}, 9.0) == "replaced"
+    assert sg.save([make_subgraph_pending("1024942313106047484", {"plan": [1, 2], "split": {"a": 1}}, 10.0, 20.0)])[0] == "added"
+    assert sg.save([make_subgraph_pending("1024942313106047484", {"plan": [3]}, 11.0)])[0] == "kept"
+    assert sg.save([make_subgraph_pending("1024942313106047484", {"plan": [4]}, 9.0)])[0] == "replaced"
     e = SubgraphBank(tmp_path).lookup("1024942313106047484")
     assert e.knowledge == {"plan": [4]} and e.perf_us == 9.0
     with open(sg.path, "a") as f:
@@ -358,7 +359,7 @@ def test_subgraph_bank(tmp_path):
         assert fresh.lookup("1024942313106047484") is not None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", BankWarning)
-        fresh.put("7", {"plan": []}, 1.0)
+        fresh.save([make_subgraph_pending("7", {"plan": []}, 1.0)])[0]
     assert "garbage" in sg.path.read_text()
 
 
@@ -370,12 +371,12 @@ def test_builtin_bank_ships_and_chain_prefers_custom(tmp_path):
     assert entries, "the built-in bank data is missing from the package"
     e = entries[0]
     with pytest.raises(AoeError, match="read-only"):
-        builtin.put(e.op, e.info_dict, e.knowledge, 1.0)
+        builtin.save([make_pending(e.op, e.info_dict, e.knowledge, 1.0)])[0]
     custom = OpBank(tmp_path, SOC)
     chain = BankChain(custom, builtin)
     assert chain.lookup(e.op, e.info_dict).source == "builtin"
     assert chain.lookup(e.op, {**e.info_dict, "m": 99991}) is None
-    custom.put(e.op, e.info_dict, mm_know(5), 1.0)
+    custom.save([make_pending(e.op, e.info_dict, mm_know(5), 1.0)])[0]
     got = chain.lookup(e.op, e.info_dict)
     assert got.source == "custom" and got.knowledge == mm_know(5)
 
@@ -385,7 +386,7 @@ def test_query_custom_then_builtin_then_none(tmp_path):
     e = next(BuiltinBank(SOC).entries())
     assert query(SOC, e.op, e.info_dict, bank_dir=tmp_path) == e.knowledge
     assert query(SOC, e.op, mm_key(m=99991), bank_dir=tmp_path) is None
-    OpBank(tmp_path, SOC).put(e.op, e.info_dict, mm_know(5, impl=2, formats={"a": "ND"}), 1.0)
+    OpBank(tmp_path, SOC).save([make_pending(e.op, e.info_dict, mm_know(5, impl=2, formats={"a": "ND"}), 1.0)])[0]
     got = query(SOC, e.op, e.info_dict, bank_dir=tmp_path)
     assert got == mm_know(5, impl=2, formats={"a": "ND"})
     got["formats"]["a"] = "mutated"  # the caller owns its copy
@@ -395,7 +396,7 @@ def test_query_custom_then_builtin_then_none(tmp_path):
 def test_query_reads_the_environment(tmp_path, monkeypatch):
     clear_cache()
     monkeypatch.setenv("TUNE_BANK_PATH", str(tmp_path))
-    OpBank(tmp_path / SOC, SOC).put(MM, mm_key(m=16), mm_know(1), 1.0)
+    OpBank(tmp_path / SOC, SOC).save([make_pending(MM, mm_key(m=16), mm_know(1), 1.0)])[0]
     assert query(SOC, MM, mm_key(m=16)) == mm_know(1)
     other = tmp_path / "other"
     other.mkdir()
@@ -417,9 +418,9 @@ def test_query_cache_never_hides_a_new_entry(tmp_path):
     assert query(SOC, MM, key, bank_dir=tmp_path) is None
     writer = OpBank(tmp_path, SOC)  # another bank object = another process's view
     for n in range(1, 30):
-        writer.put(MM, mm_key(m=16 * n), mm_know(n), 1.0)
+        writer.save([make_pending(MM, mm_key(m=16 * n), mm_know(n), 1.0)])[0]
         assert query(SOC, MM, mm_key(m=16 * n), bank_dir=tmp_path) == mm_know(n)
-        writer.put(MM, mm_key(m=16 * n), mm_know(n + 100), 0.5)  # same size file, new content
+        writer.save([make_pending(MM, mm_key(m=16 * n), mm_know(n + 100), 0.5)])[0]  # same size file, new content
         assert query(SOC, MM, mm_key(m=16 * n), bank_dir=tmp_path) == mm_know(n + 100)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from aoe import AoeError, sim
-from aoe.bank import OpBank
+from aoe.bank import OpBank, make_pending
 from aoe.ops import describe
 from aoe.opat import OpatConfig, simulator_measure, tune_graph
 from aoe.opat.report import OPAT_SECTION_SCHEMA, record_from_state
@@ -88,7 +88,7 @@ def test_a_worse_bank_entry_is_updated_under_repeat_tune(tmp_path):
     slow = sim.simulate(SOC, case.default.sim_op, bad)
     assert slow.valid
     bank = OpBank(tmp_path, SOC.name, SOC.cube_cores)
-    bank.put(case.op_type, case.key, {**bad, "impl": "standard"}, slow.time_us)
+    bank.save([make_pending(case.op_type, case.key, {**bad, "impl": "standard"}, slow.time_us)])[0]
     hit = tune_graph(g, SOC, tmp_path, NO_BUILTIN)
     assert hit.counters.repo_reserved_num == 1 and hit.records[0].before_us == pytest.approx(slow.time_us)
     upd = tune_graph(g, SOC, tmp_path, dataclasses.replace(NO_BUILTIN, repeat_tune=True))

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import aoe.graph
-from aoe.bank.subgraph import SubgraphBank
+from aoe.bank.subgraph import SubgraphBank, make_subgraph_pending
 from aoe.errors import AoeError
 from aoe.graph.ir import Graph, Op, Tensor
 from aoe.opat.apply import select_ops
@@ -408,8 +408,8 @@ def test_worse_banked_plan_is_updated_only_with_repeat_tune(tmp_path) -> None:
     for case in prep.cases:
         rd = case.rd
         base = unfused_plan(rd)
-        bank.put(case.key, plan_knowledge(rd, base, [op.type for op in case.subs[0].kernels]),
-                 rd.baseline_us(), rd.baseline_us())
+        bank.save([make_subgraph_pending(case.key, plan_knowledge(rd, base, [op.type for op in case.subs[0].kernels]),
+                 rd.baseline_us(), rd.baseline_us())])[0]
     kept = tune_graph(g, SOC, bank_dir=tmp_path)
     assert kept.counters.repo_reserved_num == kept.counters.total_num == len(prep.cases)
     assert kept.model_result_us == pytest.approx(kept.model_baseline_us)
@@ -503,7 +503,7 @@ def test_unusable_banked_plan_runs_unfused_and_is_replaced_with_repeat_tune(tmp_
     prep = prepare(g, load_soc(SOC))
     bank = SubgraphBank(tmp_path)
     case = max(prep.cases, key=lambda c: c.rd.baseline_us())
-    bank.put(case.key, {"plan": [7, 7, 7], "edges": []}, None)      # damaged knowledge, unknown perf
+    bank.save([make_subgraph_pending(case.key, {"plan": [7, 7, 7], "edges": []}, None)])[0]      # damaged knowledge, unknown perf
     base_ms, with_ms = apply_bank(g, SOC, tmp_path)
     assert with_ms == pytest.approx(base_ms)
     kept = tune_graph(g, SOC, bank_dir=tmp_path)

@@ -23,7 +23,7 @@ from .jsonl import BankWarning
 from .paths import resolve_op_bank_dir, resolve_subgraph_bank_dir
 from .query import query
 from .store import BankChain, BuiltinBank, Entry, OpBank, make_pending
-from .subgraph import SubgraphBank, SubgraphEntry
+from .subgraph import SubgraphBank, SubgraphEntry, make_subgraph_pending
 
 
 class Bank(Protocol):
@@ -48,5 +48,5 @@ class WritableBank(Bank, Protocol):
 
 
 __all__ = ["Bank", "WritableBank", "OpBank", "BuiltinBank", "BankChain", "SubgraphBank", "Entry", "SubgraphEntry",
-           "make_pending", "decide", "should_tune", "repeat_tune", "query", "resolve_op_bank_dir",
+           "make_pending", "make_subgraph_pending", "decide", "should_tune", "repeat_tune", "query", "resolve_op_bank_dir",
            "resolve_subgraph_bank_dir", "BankWarning"]

@@ -14,7 +14,7 @@ from . import jsonl
 from .paths import check_name, core_num_for, resolve_op_bank_dir, resolve_subgraph_bank_dir
 from .schema import BankKeyError, schema_for
 from .store import BuiltinBank, Entry, OpBank, Pending, make_pending
-from .subgraph import SubgraphBank, subgraph_record
+from .subgraph import SubgraphBank, make_subgraph_pending
 
 DEFAULT_SOC = "Ascend910B2"
 
@@ -166,9 +166,8 @@ def _import(b: _Banks, file: str, force: bool) -> int:
         perf, default = aoe.pop("perf_us", None), aoe.pop("default_perf_us", None)
         try:
             if "repo_key" in rec:
-                item = (rec["repo_key"], rec["knowledge"], perf, default, aoe)
-                subgraph_record(*item)  # reject a bad one here, not the whole batch at save
-                subgraphs.append(item)
+                # validated one by one: a bad record is rejected alone, not the whole batch at save
+                subgraphs.append(make_subgraph_pending(rec["repo_key"], rec["knowledge"], perf, default, aoe))
             else:
                 ops.append(make_pending(rec["op"], rec["info_dict"], rec["knowledge"], perf,
                                         default, aoe))

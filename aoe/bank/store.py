@@ -278,12 +278,6 @@ class OpBank:
         i = f.index.get((self.hash_fn(packed), packed))
         return None if i is None else Entry(op_type, f.source, f.lines.recs[i])
 
-    def put(self, op_type: str, key: Mapping[str, Any], knowledge: Mapping[str, Any],
-            perf_us: float, default_perf_us: float | None = None,
-            extra: Mapping[str, Any] | None = None) -> str:
-        """Save one strategy (kept only if better than what is stored); return "added"/"replaced"/"kept"."""
-        return self.save([make_pending(op_type, key, knowledge, perf_us, default_perf_us, extra)])[0]
-
     def save(self, items: Iterable[Pending]) -> list[str]:
         """Merge strategies into the bank under the lock, file by file; one outcome string per item."""
         if self.readonly:

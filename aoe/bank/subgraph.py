@@ -59,10 +59,10 @@ def _index(lines: jsonl.Lines) -> dict[str, int]:
     return {rec["repo_key"]: i for i, rec in enumerate(lines.recs) if rec is not None}
 
 
-def subgraph_record(repo_key: str, knowledge: Mapping[str, Any], perf_us: float | None,
-                    default_perf_us: float | None = None,
-                    extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A validated subgraph record (AoeError when a field is unusable)."""
+def make_subgraph_pending(repo_key: str, knowledge: Mapping[str, Any], perf_us: float | None,
+                          default_perf_us: float | None = None,
+                          extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A validated subgraph record for `SubgraphBank.save` (AoeError when a field is unusable)."""
     if not isinstance(repo_key, (str, int)) or isinstance(repo_key, bool) or str(repo_key) == "":
         raise AoeError(f"repo_key must be a non-empty string, got {repo_key!r}")
     if not isinstance(knowledge, Mapping):
@@ -102,15 +102,12 @@ class SubgraphBank:
         """Damaged lines of the file: (line number, reason)."""
         return list(self._current()[0].problems)
 
-    def put(self, repo_key: str, knowledge: Mapping[str, Any], perf_us: float | None,
-            default_perf_us: float | None = None, extra: Mapping[str, Any] | None = None) -> str:
-        """Save one subgraph strategy if better than the stored one; "added"/"replaced"/"kept"."""
-        return self.save([(repo_key, knowledge, perf_us, default_perf_us, extra)])[0]
+    def save(self, items: Iterable[dict[str, Any]]) -> list[str]:
+        """Merge records (`make_subgraph_pending`) under the lock; "added"/"replaced"/"kept" per item.
 
-    def save(self, items: Iterable[tuple[str, Mapping[str, Any], float | None, float | None,
-                                         Mapping[str, Any] | None]]) -> list[str]:
-        """Merge (repo_key, knowledge, perf_us, default_perf_us, extra) items under the lock."""
-        recs = [subgraph_record(*item) for item in items]
+        A record replaces the stored one of its repo_key only when it is faster.
+        """
+        recs = list(items)
         outcomes = [""] * len(recs)
 
         def merge(lines: jsonl.Lines) -> bool:

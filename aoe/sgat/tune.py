@@ -9,7 +9,7 @@ from typing import Mapping
 import numpy as np
 
 from ..bank.decision import decide, should_tune
-from ..bank.subgraph import SubgraphBank
+from ..bank.subgraph import SubgraphBank, make_subgraph_pending
 from ..errors import AoeError
 from ..graph.ir import Graph, Op
 from ..ops import Unsupported, describe
@@ -178,8 +178,8 @@ def _tune_case(case: Case, bank: SubgraphBank | None, cfg: SgatConfig) -> Subgra
         after_plan, after_t = tuned.plan, tuned.time_us
         if bank is not None:
             knowledge = plan_knowledge(rd, tuned.plan, [op.type for op in case.subs[0].kernels])
-            bank.put(case.key, knowledge, tuned.time_us, base_t,
-                     {"method": tuned.method, "instances": len(case.subs)})
+            bank.save([make_subgraph_pending(case.key, knowledge, tuned.time_us, base_t,
+                                             {"method": tuned.method, "instances": len(case.subs)})])
     else:
         after_plan, after_t = in_use_plan, in_use_t
     return SubgraphRecord(
