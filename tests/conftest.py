@@ -37,11 +37,11 @@ def isolated_environ(tmp_path: Path) -> dict[str, str]:
 @pytest.fixture
 def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """This process as a clean job environment: bank, locks, work path and HOME in tmp_path (returned)."""
+    clean = isolated_environ(tmp_path)
     for k in JOB_ENV:
         monkeypatch.delenv(k, raising=False)
-    for k, v in isolated_environ(tmp_path).items():
-        if os.environ.get(k) != v:
-            monkeypatch.setenv(k, v)
+    for k in ("TUNE_BANK_PATH", "AOE_LOCK_DIR", "AOE_SEARCH_BUDGET", "HOME"):
+        monkeypatch.setenv(k, clean[k])
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
