@@ -134,5 +134,8 @@ def sgat_summary(report: Any, top: int = 10) -> list[str]:
                  f"{c.repo_reserved_num}), unsatisfied {c.repo_unsatisfied_num}")
     b, a = report.model_baseline_us, report.model_result_us
     if a > 0:
-        lines.append(f"model: {_fmt_us(b)} -> {_fmt_us(a)} ({(b / a - 1) * 100:.2f}% faster)")
+        lines.append(f"model: default fusion {_fmt_us(b)} -> tuned {_fmt_us(a)} ({(b / a - 1) * 100:.2f}% faster)")
+        u = getattr(report, "model_unfused_us", 0.0)
+        if u > 0:
+            lines.append(f"       (unfused, every operator its own kernel: {_fmt_us(u)})")
     return lines

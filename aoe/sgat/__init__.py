@@ -2,19 +2,20 @@
 tile, and what stays on chip — searched per subgraph against a Numba fusion evaluator.
 
     from aoe.sgat import SgatConfig, apply_bank, tune_graph
-    report = tune_graph(graph, "Ascend910A", bank_dir=path, config=SgatConfig(repeat_tune=False))
-    report.to_result_section()          # the result file's "SGAT" object
-    baseline_ms, with_bank_ms = apply_bank(graph, "Ascend910A", path)
+    report = tune_graph(graph, "Ascend910A", path, SgatConfig(repeat_tune=False))
+    report.to_result_section()          # the result file's "SGAT" object (baseline: default fusion)
+    default_ms, with_bank_ms, unfused_ms = apply_bank(graph, "Ascend910A", path)
 
 Layers: `partition` (fusion regions) -> `model` (per-op costs from the C++ simulator, once) ->
-`evaluator` (plans -> times, batched, nopython) -> `search` (dp / exhaustive / beam) -> `keys`
+`evaluator` (plans -> times, batched, nopython) -> `default_fusion` (the compiler's own fusion: the
+baseline plan) -> `search` (dp / exhaustive / beam) -> `keys`
 (repo_key, stored plan) -> `tune` (bank decision via aoe.bank.decision; the tuner contract of
 `aoe.tuning`) -> `report`.
 """
 from __future__ import annotations
 
 from .report import SGAT_SECTION_SCHEMA, SgatReport, SubgraphRecord
-from .tune import SgatConfig, apply_bank, check_soc, prepare, tune_graph
+from .tune import BankTimes, SgatConfig, apply_bank, check_soc, prepare, tune_graph
 
-__all__ = ["tune_graph", "SgatConfig", "apply_bank", "check_soc", "prepare", "SgatReport", "SubgraphRecord",
-           "SGAT_SECTION_SCHEMA"]
+__all__ = ["tune_graph", "SgatConfig", "apply_bank", "BankTimes", "check_soc", "prepare", "SgatReport",
+           "SubgraphRecord", "SGAT_SECTION_SCHEMA"]

@@ -322,5 +322,8 @@ def kernel_costs(rd: RegionData, masks: np.ndarray, split: int, tile: int, l2: i
 
 
 def unfused_plan(rd: RegionData) -> np.ndarray:
-    """The baseline plan: every kernel on its own (CANN default), row split, no L2 residency."""
+    """The unfused plan: every kernel on its own (CANN default strategy), row split, no L2 residency.
+
+    Not the SGAT baseline: that is the compiler's default fusion (`default_fusion.default_plan`).
+    """
     return np.zeros(rd.plan_width, dtype=np.int64)

@@ -110,7 +110,7 @@ class RegionData:
         return self.n_edges == self.n - 1 and all(
             int(a) == i and int(b) == i + 1 for i, (a, b) in enumerate(self.edges))
 
-    def baseline_us(self) -> float:
+    def unfused_us(self) -> float:
         """Time of the unfused plan: every kernel on its own with its default strategy."""
         return float(self.opf[:, T].sum())
 

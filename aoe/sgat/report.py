@@ -21,8 +21,8 @@ class SubgraphRecord:
     ops: list[str]                      # operator names of the first instance (views included)
     op_types: list[str]                 # kernel types in order
     instances: list[list[str]]          # operator names of every instance
-    baseline_us: float                  # unfused plan (every op its own kernel, CANN default)
-    before_us: float                    # the strategy in use before tuning (bank plan or unfused)
+    baseline_us: float                  # the compiler's default-fusion plan (default_fusion.py)
+    before_us: float                    # the strategy in use before tuning (bank plan or default fusion)
     after_us: float                     # the strategy in use after (best found, or the banked plan)
     outcome: Outcome
     method: str                         # search that produced the tuned plan ("" when not tuned)
@@ -73,8 +73,9 @@ class SgatReport:
     """Outcome of subgraph tuning of one graph."""
 
     soc: str
-    model_baseline_us: float
+    model_baseline_us: float            # the compiler's default fusion everywhere (the SGAT baseline)
     model_result_us: float
+    model_unfused_us: float = 0.0       # every kernel on its own (shown beside the baseline, labelled)
     records: list[SubgraphRecord] = field(default_factory=list)
     status: str = INCOMPLETE
     n_subgraphs: int = 0                # every subgraph of the partition (singletons included)
@@ -97,8 +98,13 @@ class SgatReport:
 
     @property
     def model_baseline_ms(self) -> float:
-        """Whole-graph time with every operator its own kernel (CANN defaults), ms."""
+        """Whole-graph time as the compiler fuses it by default (no subgraph bank), ms."""
         return self.model_baseline_us / 1000.0
+
+    @property
+    def model_unfused_ms(self) -> float:
+        """Whole-graph time with every kernel on its own (CANN default strategies, no fusion), ms."""
+        return self.model_unfused_us / 1000.0
 
     @property
     def model_result_ms(self) -> float:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 import numpy as np
 
@@ -15,7 +15,8 @@ from ..graph.ir import Graph, Op
 from ..ops import Unsupported, describe
 from ..soc import Soc, load_soc
 from ..tuning import SUCCESS, Events, restore
-from .evaluator import evaluate, unfused_plan
+from .default_fusion import default_plan
+from .evaluator import evaluate
 from .keys import describe_structure, plan_from_knowledge, plan_knowledge, repo_key
 from .model import CostCache, RegionData, region_data
 from .partition import Subgraph, partition
@@ -23,6 +24,7 @@ from .report import SgatReport, SubgraphRecord
 from .search import search
 
 UNSUPPORTED_PREFIXES = ("Ascend910B", "Ascend910_93")
+TIE = 1e-9      # relative: a tuned plan must beat the plan in use by more than this to count as better
 
 
 def check_soc(soc: Soc) -> None:
@@ -35,11 +37,18 @@ def check_soc(soc: Soc) -> None:
 
 @dataclass
 class Case:
-    """One distinct subgraph: its cost data, key and every instance in the graph."""
+    """One distinct subgraph: its cost data, key, every instance in the graph, and the compiler's plan."""
 
     key: str
     rd: RegionData
     subs: list[Subgraph]
+    default_plan: np.ndarray     # the compiler's default fusion (the baseline; default_fusion.py)
+    default_us: float            # its time
+
+    @property
+    def unfused_us(self) -> float:
+        """Time with every kernel on its own (no fusion at all)."""
+        return self.rd.unfused_us()
 
 
 @dataclass
@@ -49,12 +58,14 @@ class Prepared:
     subgraphs: list[Subgraph]
     cases: list[Case]
     fixed_us: float          # kernels outside tunable subgraphs, at their default time
-    baseline_us: float       # the whole graph unfused
+    baseline_us: float       # the whole graph as the compiler fuses it by default (the SGAT baseline)
+    unfused_us: float        # the whole graph with every kernel on its own
     skipped: list[dict[str, str]]   # operators that cannot be priced: {"op", "op_type", "reason"}
 
 
 def prepare(graph: Graph, soc: Soc) -> Prepared:
-    """Partition `graph` and price every kernel once; group identical subgraphs by repo_key.
+    """Partition `graph`, price every kernel once, group identical subgraphs by repo_key, and give
+    each distinct subgraph the compiler's default-fusion plan (the baseline).
 
     Operators the simulator cannot price (views excepted) are listed in `skipped` with the reason
     (a dynamic dimension, an unknown operator type) and carried along at zero cost.
@@ -79,7 +90,7 @@ def prepare(graph: Graph, soc: Soc) -> Prepared:
     outputs = set(graph.outputs)
     cases: dict[str, Case] = {}
     fixed = 0.0
-    baseline = 0.0
+    unfused = 0.0
     for sub in subs:
         if sub.unsupported:
             continue
@@ -87,16 +98,20 @@ def prepare(graph: Graph, soc: Soc) -> Prepared:
             for op in sub.kernels:
                 t = costs.price(describe(graph, op).default.sim_op)[0]
                 fixed += t
-                baseline += t
             continue
         rd = region_data(graph, sub, soc, costs, producer, readers, outputs)
         key = repo_key(describe_structure(graph, sub, soc, rd, producer))
-        baseline += rd.baseline_us()
-        if key in cases:
-            cases[key].subs.append(sub)
-        else:
-            cases[key] = Case(key, rd, [sub])
-    return Prepared(subs, list(cases.values()), fixed, baseline, skipped)
+        if key not in cases:
+            # identical subgraphs (same key: same kernel types, wiring and SoC) get the same plan
+            plan = default_plan(rd, sub.kernels, soc.name)
+            cases[key] = Case(key, rd, [], plan, _time(rd, plan))
+        cases[key].subs.append(sub)
+        unfused += rd.unfused_us()
+    # summed as apply_bank sums (fixed part first, then case by case): an empty bank gives this exactly
+    baseline = fixed
+    for case in cases.values():
+        baseline += case.default_us * len(case.subs)
+    return Prepared(subs, list(cases.values()), fixed, baseline, fixed + unfused, skipped)
 
 
 def _time(rd: RegionData, plan: np.ndarray) -> float:
@@ -133,17 +148,17 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
     bank = SubgraphBank(bank_dir) if bank_dir is not None else None
     cases = prep.cases if only is None else [c for c in prep.cases if _selected(c, only)]
     report = SgatReport(soc=soc.name, model_baseline_us=prep.baseline_us, model_result_us=prep.baseline_us,
-                        n_subgraphs=len(prep.subgraphs), n_cases=len(cases), skipped=prep.skipped)
+                        model_unfused_us=prep.unfused_us, n_subgraphs=len(prep.subgraphs), n_cases=len(cases),
+                        skipped=prep.skipped)
     events.start(len(cases), report)
     for case in cases:
         if events.should_stop():
             break
-        rd = case.rd
         rec = done.get(case.key)
         if rec is None:
             rec = _tune_case(case, bank, cfg)
         report.records.append(rec)
-        report.model_result_us += (rec.after_us - rd.baseline_us()) * len(case.subs)
+        report.model_result_us += (rec.after_us - case.default_us) * len(case.subs)
         report.tuning_time_s = time.perf_counter() - start
         events.case_done([rec], rec.outcome.hit)
     else:
@@ -155,8 +170,7 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
 def _tune_case(case: Case, bank: SubgraphBank | None, cfg: SgatConfig) -> SubgraphRecord:
     """Look one distinct subgraph up, tune it if the rule says so, write the bank, return its record."""
     rd = case.rd
-    base = unfused_plan(rd)
-    base_t = _time(rd, base)
+    base, base_t = case.default_plan, case.default_us
     entry = bank.lookup(case.key) if bank is not None else None
     in_bank = entry is not None
     in_use_plan, in_use_t = base, base_t
@@ -172,7 +186,8 @@ def _tune_case(case: Case, bank: SubgraphBank | None, cfg: SgatConfig) -> Subgra
         method_used, evaluated = found.method, found.evaluated
         if np.isfinite(found.time_us):
             tuned = found
-    outcome = decide(in_bank, cfg.repeat_tune, in_use_t, tuned.time_us if tuned else None)
+    # a plan only counts as better beyond float noise: a tie with the compiler's plan is no gain
+    outcome = decide(in_bank, cfg.repeat_tune, in_use_t, tuned.time_us if tuned else None, min_gain=TIE)
     if outcome.writes:
         assert tuned is not None
         after_plan, after_t = tuned.plan, tuned.time_us
@@ -194,10 +209,19 @@ def _selected(case: Case, only: set[str]) -> bool:
     return any(op.name in only for sub in case.subs for op in sub.kernels)
 
 
-def apply_bank(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str]) -> tuple[float, float]:
-    """(baseline ms, ms with the subgraph bank's plans applied) of `graph` — for `aoe verify`.
+class BankTimes(NamedTuple):
+    """Whole-graph times (ms) for `aoe verify`: the compiler's default fusion, with the bank, unfused."""
 
-    A subgraph without a usable bank entry runs unfused (CANN defaults). The bank is only read.
+    default_ms: float
+    tuned_ms: float
+    unfused_ms: float
+
+
+def apply_bank(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str]) -> BankTimes:
+    """Times of `graph` with the compiler's default fusion and with the subgraph bank's plans applied.
+
+    A subgraph without a usable bank entry runs with the default-fusion plan, as the compiler would
+    compile it. The fully unfused time is returned beside them (labelled). The bank is only read.
     """
     soc = load_soc(soc)
     check_soc(soc)
@@ -206,7 +230,7 @@ def apply_bank(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str]) -
     total = prep.fixed_us
     for case in prep.cases:
         rd = case.rd
-        t = _time(rd, unfused_plan(rd))
+        t = case.default_us
         entry = bank.lookup(case.key)
         if entry is not None:
             plan = plan_from_knowledge(rd, entry.knowledge)
@@ -215,7 +239,7 @@ def apply_bank(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str]) -
                 if np.isfinite(tp):
                     t = tp
         total += t * len(case.subs)
-    return prep.baseline_us / 1000.0, total / 1000.0
+    return BankTimes(prep.baseline_us / 1000.0, total / 1000.0, prep.unfused_us / 1000.0)
 
 
-__all__ = ["tune_graph", "SgatConfig", "apply_bank", "check_soc", "prepare", "Prepared", "Case"]
+__all__ = ["tune_graph", "SgatConfig", "apply_bank", "BankTimes", "check_soc", "prepare", "Prepared", "Case"]
