@@ -10,8 +10,10 @@ import pytest
 from aoe import AoeError, sim
 from aoe.bank import OpBank, make_pending
 from aoe.ops import describe
-from aoe.opat import OpatConfig, simulator_measure, tune_graph
+from aoe.opat import Budget, OpatConfig, simulator_measure, tune_graph
+from aoe.opat.apply import select_ops
 from aoe.opat.report import OPAT_SECTION_SCHEMA, record_from_state
+from aoe.opat.tune import tune_case
 from aoe.soc import load_soc
 from aoe.tuning import FAILED, INCOMPLETE, SUCCESS, Events
 from conftest import mm_op, single_ops_graph, small_opat_graph, vec_op
@@ -224,3 +226,93 @@ def test_a_resumed_run_counts_shared_cases_once(tmp_path):
     assert resumed.counters.total_num == full.counters.total_num
     assert resumed.counters.consistent()
     assert resumed.cases_tuned == 2           # softmax and relu; the matmul case was kept
+
+
+# --- honest figures: the strategy in use, failed cases, fused operators, precision mode -------------
+
+def test_an_update_starts_from_the_bank_strategy_not_from_the_default(tmp_path):
+    g = single_ops_graph([mm_op(4096, 4096, 1024, "mm")])
+    g.tensors["mm:in0"].kind = "activation"
+    case = describe(g, g.ops[0])
+    budget = Budget(evaluations=3_000)
+    # the bank holds a strategy better than CANN's default but worse than what full tuning finds
+    held = tune_case(case, SOC, kinds=("Schedule",), budget=budget)
+    default_t = held.before_us
+    assert held.after_us < default_t
+    OpBank(tmp_path, SOC.name, SOC.cube_cores).save([make_pending(case.op_type, case.key, held.knowledge,
+                                                                  held.after_us)])
+    upd = tune_graph(g, SOC, tmp_path, dataclasses.replace(NO_BUILTIN, repeat_tune=True, budget=budget))
+    rec = upd.records[0]
+    assert rec.outcome == "update" and rec.before_us == pytest.approx(held.after_us)
+    steps = list(rec.kinds.values())
+    assert steps and steps[0].before_us == pytest.approx(held.after_us)            # not the default's time
+    assert all(s.before_us > s.after_us for s in steps)
+    ratio = float(np.prod([s.before_us / s.after_us for s in steps]))
+    assert ratio == pytest.approx(rec.before_us / rec.after_us)                   # the kinds add up
+    perf = upd.to_result_section()["repo_modified_operators"][0]["tune_performance"]
+    first = perf[next(iter(rec.kinds))]
+    assert first["performance_before_tune(us)"] == pytest.approx(held.after_us, abs=1e-3)
+    assert all(v["performance_before_tune(us)"] < default_t - 1e-3 for v in perf.values())
+
+
+def test_failed_cases_are_counted_so_every_case_is_in_the_total(tmp_path):
+    g = small_opat_graph()
+
+    def flaky(o, rows):
+        if isinstance(o, sim.VectorOp) and o.op_type == "SoftmaxV2":
+            raise RuntimeError("device lost")
+        return simulator_measure(SOC)(o, rows)
+
+    r = tune_graph(g, SOC, tmp_path, dataclasses.replace(NO_BUILTIN, measure=flaky))
+    c = r.counters
+    assert r.status == FAILED and c.total_num == r.cases_tuned == 3 and c.consistent()
+    sm = next(x for x in r.records if x.op_name == "softmax")
+    assert sm.error and sm.outcome == "unsatisfied"             # not in a bank, nothing written
+    assert c.repo_unsatisfied_num >= 1
+    # in a bank already: the failed case keeps the bank's strategy, so it is reserved
+    case = describe(g, next(op for op in g.ops if op.name == "softmax"))
+    strat = sim.default_strategy(SOC, case.default.sim_op)
+    OpBank(tmp_path, SOC.name, SOC.cube_cores).save([make_pending(case.op_type, case.key, strat, 9.0)])
+    again = tune_graph(g, SOC, tmp_path, dataclasses.replace(NO_BUILTIN, measure=flaky, repeat_tune=True))
+    sm = next(x for x in again.records if x.op_name == "softmax")
+    assert sm.error and sm.outcome == "reserved" and again.counters.consistent()
+    assert again.counters.total_num == 3 and again.counters.repo_hit_num >= 1
+    jsonschema.validate(again.to_result_section(), OPAT_SECTION_SCHEMA)
+
+
+def test_a_fused_operator_is_reported_under_all_its_names_and_types(tmp_path):
+    g = small_opat_graph()
+    mm = g.ops[0]
+    mm.attrs.update(fused_names=["enc/dense/MatMul", "enc/output/add"], fused_ops=["MatMulV2", "Add"])
+    rep = tune_graph(g, SOC, tmp_path, NO_BUILTIN)
+    entry = next(e for e in rep.to_result_section()["repo_modified_operators"] if e["op_name"].startswith("enc/"))
+    assert entry["op_name"] == "enc/dense/MatMulenc/output/add" and entry["op_type"] == ["MatMulV2", "Add"]
+    rec = next(r for r in rep.records if r.op_name == mm.name)
+    assert record_from_state(rec.to_state()) == rec and rec.result_name == entry["op_name"]
+    assert select_ops(g, names=["enc/output/add"]) == {mm.name}        # a tune_ops name of one of its operators
+    assert select_ops(g, types=["Add"]) == {mm.name}
+    # the names are provenance, never part of a bank key
+    assert describe(g, mm).key == describe(small_opat_graph(), small_opat_graph().ops[0]).key
+
+
+def test_the_precision_mode_reaches_the_tuner_from_the_job(env):
+    from aoe.job.api import TuneOptions, tune
+    from aoe.job.cli import job_parser
+    from aoe.job.settings import settings_from_env
+
+    with pytest.raises(AoeError, match="--op_select_implmode 'fast' is not valid; use high_performance"):
+        settings_from_env(soc="Ascend910B2", implmode="fast")
+    assert settings_from_env(soc="Ascend910B2").implmode == "high_performance"
+    assert job_parser().parse_args(["-m", "x", "--op_select_implmode", "high_precision"]).op_select_implmode \
+        == "high_precision"
+    g = single_ops_graph([mm_op(64, 16384, 64, "long_k")])
+    impls = {}
+    for mode in ("high_performance", "high_precision"):
+        bank = env / mode
+        bank.mkdir()
+        res = tune(g, "op", "Ascend910B2", bank, env, options=TuneOptions(implmode=mode, budget=4000, lock=False))
+        assert res.status == SUCCESS
+        (entry,) = OpBank(bank / "Ascend910B2", SOC.name, SOC.cube_cores).entries()
+        impls[mode] = entry.knowledge["impl"]
+    assert impls == {"high_performance": "split_k", "high_precision": impls["high_precision"]}
+    assert impls["high_precision"] != "split_k"

@@ -22,7 +22,8 @@ def _rec(name, outcome="add", case=None, before=10.0, after=5.0, **kw):
 def test_record_state_round_trips_through_json():
     recs = [_rec("mm", case="c1"), _rec("relu", "reserved", op_type="Relu"),
             OpRecord("odd", "Opaque", skipped="no kernel model"), OpRecord("sm", "SoftmaxV2", error="boom", case="c3"),
-            _rec("fused", "update", op_type=["MatMulV2", "Add"], case="c4")]
+            _rec("fused", "update", op_type=["MatMulV2", "Add"], case="c4", fused_names=("enc/MatMul", "enc/add")),
+            OpRecord("bad", "Relu", "unsatisfied", 3.0, 3.0, error="boom", case="c5")]
     for r in recs:
         back = record_from_state(json.loads(json.dumps(r.to_state())))
         assert back == r

@@ -8,7 +8,7 @@ from aoe import AoeError, sim
 from aoe.ops import HIGH_PERFORMANCE, HIGH_PRECISION, describe
 from aoe.opat import Budget, tune_op
 from aoe.opat.space import space_for
-from aoe.opat.tune import KINDS, case_for, matmul_impl_class, tune_case
+from aoe.opat.tune import KINDS, case_for, conversion_us, matmul_impl_class, tune_case
 from aoe.soc import load_soc
 from conftest import mm_op, single_ops_graph, vec_op
 
@@ -129,3 +129,69 @@ def test_matmul_impl_classes_partition_the_space():
     f = sim.strategy_fields(op)
     split = rows[:, f.index("singleCoreK")] < op.k
     assert (classes[split] == 3).all() and (classes[~split] != 3).all()
+
+
+# --- Format of a vector operator between Cube operators ------------------------------------------
+
+def test_softmax_between_matmuls_drops_its_transdata_on_a_coupled_soc():
+    from test_ops_catalogue import attention
+    g = attention(b=8)
+    c = describe(g, g.ops[1])
+    nd, nz = c.formats
+    coupled, separated = load_soc("Ascend910A"), SOC
+    assert coupled.coupled and not separated.coupled
+    kernel = {s.name: {v.label: sim.simulate(s, v.sim_op).time_us for v in c.formats} for s in (coupled, separated)}
+    cache: dict = {}
+    # Atlas A2: the Cube reads and writes ND itself, no TransData by default
+    assert conversion_us(separated, nd, cache) == 0.0
+    # Ascend910A: the Cube side stays NZ, the ND default pays a TransData on each edge
+    tds = sum(sim.simulate(coupled, e.transdata).time_us for e in nd.cube_edges)
+    delta = sum(sim.simulate(coupled, z).time_us - sim.simulate(coupled, d).time_us
+                for e in nd.cube_edges for d, z in zip(e.cube_nd, e.cube_nz))
+    assert conversion_us(coupled, nd, {}) == pytest.approx(tds + delta)
+    assert conversion_us(coupled, nz, {}) == pytest.approx(delta)
+    res = tune_case(c, coupled, budget=Budget(evaluations=2_000))
+    assert res.before_us == pytest.approx(kernel["Ascend910A"]["ND"] + tds + delta)
+    assert res.variant == "NZ" and "Format" in res.steps and res.knowledge["formats"] == ["FRACTAL_NZ"]
+    assert res.after_us < res.before_us - 0.9 * tds + kernel["Ascend910A"]["NZ"] - kernel["Ascend910A"]["ND"] + 1e-6
+
+
+# --- the steps of the final strategy -------------------------------------------------------------
+
+def _prod_of_ratios(steps):
+    return float(np.prod([g.before_us / g.after_us for g in steps.values()])) if steps else 1.0
+
+
+@pytest.mark.parametrize("op", [sim.MatMul(m=4096, n=768, k=768), sim.MatMul(m=4096, n=3072, k=768),
+                                sim.MatMul(m=4096, n=768, k=3072), sim.MatMul(m=128, n=128, k=64, batch=384),
+                                sim.MatMul(m=64, n=64, k=16384),
+                                sim.Conv2D(x=(8, 64, 28, 28), weight=(64, 1, 3, 3), pads=(1, 1, 1, 1), groups=64)])
+def test_steps_describe_the_stored_strategy_and_multiply_to_the_total(op):
+    case = case_for(op)
+    if isinstance(op, sim.MatMul):      # an activation operand: NZ layouts pay their TransData
+        g = single_ops_graph([mm_op(op.m, op.k, op.n, "mm")]) if op.batch == 1 else None
+        if g is not None:
+            g.tensors["mm:in0"].kind = "activation"
+            case = describe(g, g.ops[0])
+    res = tune_case(case, SOC, budget=Budget(evaluations=3_000))
+    steps = res.helped_kinds()
+    assert _prod_of_ratios(steps) == pytest.approx(res.before_us / res.after_us, rel=1e-9)
+    chain = [res.before_us] + [g.after_us for g in steps.values()]
+    assert all(g.before_us == pytest.approx(prev) for g, prev in zip(steps.values(), chain))
+    assert list(steps) == [k for k in KINDS if k in steps]                    # in the order the stages ran
+    assert ("Format" in steps) == bool(res.knowledge.get("formats"))         # only a stored layout is a Format gain
+    uses_other_impl = res.impl not in ("default", "standard", "img2col_cube") and not res.impl.startswith("impl")
+    assert ("Impl" in steps) == uses_other_impl
+    if "Impl" in steps:                 # another kernel or class: the Schedule/Format steps it replaced are gone
+        assert list(steps) == ["Impl"] and steps["Impl"].before_us == res.before_us
+
+
+def test_a_stage_winner_that_is_replaced_leaves_no_trace():
+    # a BERT FFN matmul: Format finds an NZ weight, then Impl (B resident in L1, ND) beats it; the
+    # stored strategy has no NZ operand, so no Format gain may be reported
+    g = single_ops_graph([mm_op(4096, 768, 3072, "ffn")])
+    g.tensors["ffn:in0"].kind = "activation"
+    res = tune_case(describe(g, g.ops[0]), SOC, budget=Budget(evaluations=3_000))
+    assert res.kinds["Format"].helped and res.impl == "b_resident_l1"      # the stages as they ran
+    assert "formats" not in res.knowledge and list(res.steps) == ["Impl"]    # what is stored and reported
+    assert res.steps["Impl"].before_us == res.before_us and res.steps["Impl"].after_us == res.after_us

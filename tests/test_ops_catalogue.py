@@ -254,3 +254,64 @@ def test_identical_operators_share_one_case_and_shapes_make_another():
     relu = case("Relu", [((64, 64), "input")], [((64, 64), "activation")])
     gelu = case("Gelu", [((64, 64), "input")], [((64, 64), "activation")])
     assert relu.case_id != gelu.case_id
+
+
+# --- Format of vector operators next to Cube operators ----------------------------------------------
+
+def attention(b: int = 2, s: int = 128, h: int = 4, d: int = 64, extra_reader: bool = False) -> Graph:
+    """BatchMatMul -> SoftmaxV2 -> BatchMatMul (the scale and mask fused into the first one, as CANN does)."""
+    shapes = {"q": (b, h, s, d), "kt": (b, h, d, s), "scores": (b, h, s, s), "probs": (b, h, s, s),
+              "v": (b, h, s, d), "ctx": (b, h, s, d), "r": (b, h, s, s)}
+    ts = {n: Tensor(n, sh, "float16", "ND", "activation") for n, sh in shapes.items()}
+    ops = [Op("mm", "BatchMatMulV2", ["q", "kt"], ["scores"], {}),
+           Op("softmax", "SoftmaxV2", ["scores"], ["probs"], {"axes": [3]}),
+           Op("mm1", "BatchMatMulV2", ["probs", "v"], ["ctx"], {})]
+    if extra_reader:
+        ops.append(Op("relu", "Relu", ["probs"], ["r"], {}))
+    return Graph("attn", ts, ops, ["q", "kt", "v"], ["ctx", "r"] if extra_reader else ["ctx"])
+
+
+def test_a_vector_op_between_cube_ops_may_run_in_fractal_nz():
+    g = attention()
+    c = describe(g, g.ops[1])
+    nd, nz = c.formats
+    assert (nd.label, nz.label) == ("ND", "NZ") and c.default is nd
+    assert nz.sim_op.shape == (2, 4, 128, 128) and nz.sim_op.in_format == nz.sim_op.out_format == "FRACTAL_NZ"
+    assert nz.knowledge == {"formats": ["FRACTAL_NZ"]} and nz.extra_ops == ()      # both edges are Cube edges
+    assert [e.layout for e in nd.cube_edges] == ["ND", "ND"] and [e.layout for e in nz.cube_edges] == ["FRACTAL_NZ"] * 2
+    into, out = nd.cube_edges
+    assert (into.transdata.src_format, into.transdata.dst_format) == ("FRACTAL_NZ", "ND")   # from the first matmul
+    assert (out.transdata.src_format, out.transdata.dst_format) == ("ND", "FRACTAL_NZ")     # into the second
+    assert into.cube_nz[0].c_format == "FRACTAL_NZ" and into.cube_nd[0].c_format == "ND"
+    assert out.cube_nz[0].a_format == "FRACTAL_NZ" and out.cube_nd[0] == describe(g, g.ops[2]).default.sim_op
+    assert all(v.cube_edges == nd.cube_edges for v in c.impls)     # other kernels run in the default layout
+    assert c.key["attrs"]["cube_edges"] == ["in", "out"]          # another context, another case
+    alone = case("SoftmaxV2", [((2, 4, 128, 128), "input")], [((2, 4, 128, 128), "activation")], axes=[3])
+    assert [v.label for v in alone.formats] == ["ND"] and "cube_edges" not in alone.key["attrs"]
+    assert alone.case_id != c.case_id
+
+
+def test_an_nz_vector_op_pays_transdata_towards_its_other_neighbours():
+    g = attention(s=100, extra_reader=True)             # the softmax output is also read by a Relu in ND
+    nd, nz = describe(g, g.ops[1]).formats
+    assert nz.sim_op.shape == (2, 4, 112, 112)           # the fractal layout pads both inner dims to 16
+    (back,) = nz.extra_ops
+    assert (back.src_format, back.dst_format, back.shape) == ("FRACTAL_NZ", "ND", (2, 4, 100, 100))
+    # a matmul output read by two operators is no Cube edge of either (its layout is not theirs to choose)
+    g.ops[3] = Op("relu", "Relu", ["scores"], ["r"], {})
+    c = describe(g, g.ops[1])
+    assert c.key["attrs"]["cube_edges"] == ["out"]
+
+
+def test_a_matmul_leaves_the_layout_of_a_cube_edge_to_its_vector_neighbour():
+    g = attention()
+    first, second = describe(g, g.ops[0]), describe(g, g.ops[2])
+    # scores (the first matmul's output) and probs (the second's A) are the softmax's choice: no NZ there,
+    # so the TransData of that edge is never priced twice
+    assert all(v.sim_op.c_format == "ND" for v in first.formats)
+    assert all(v.sim_op.a_format == "ND" for v in second.formats)
+    assert any(v.sim_op.a_format == "FRACTAL_NZ" for v in first.formats)       # q is no Cube edge
+    assert any(v.sim_op.b_format == "FRACTAL_NZ" for v in second.formats)
+    plain = case("BatchMatMulV2", [((2, 4, 128, 64), "activation"), ((2, 4, 64, 128), "activation")],
+                 [((2, 4, 128, 128), "activation")])
+    assert len(plain.formats) == 8

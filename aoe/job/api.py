@@ -36,6 +36,7 @@ class TuneOptions:
     """How a job runs from Python. A field left None comes from the environment, as for the command line."""
 
     repeat_tune: bool | None = None        # REPEAT_TUNE
+    implmode: str | None = None            # op_select_implmode: high_performance (default) | high_precision
     workers: int | None = None             # TUNING_PARALLEL_NUM: worker processes (results identical to serial)
     budget: int | None = None              # strategy evaluations per operator case (AOE_SEARCH_BUDGET)
     device: int | None = None              # ASCEND_DEVICE_ID: the simulated device locked for the job
@@ -115,6 +116,7 @@ def tune_models(models: Sequence[Any], mode: str | int = "op", soc: str = DEFAUL
     ops = _tune_ops(tune_ops)
     settings = settings_from_env(env if env is not None else os.environ, soc=soc, mode=m, device=opt.device,
                                  work_path=work_path, bank=bank, repeat_tune=opt.repeat_tune,
+                                 implmode=opt.implmode,
                                  tuning_parallel=opt.workers, budget=opt.budget, progress=opt.progress,
                                  reload=opt.reload, lock=opt.lock, lock_dir=opt.lock_dir)
     if not opt.verbose:

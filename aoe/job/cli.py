@@ -93,6 +93,9 @@ def job_parser() -> argparse.ArgumentParser:
     p.add_argument("--tune_ops_file", metavar="FILE",
                    help='tune only these operators: {"tune_ops_name": [...], "tune_ops_type": [...]} (a union; '
                         "fused operators containing a listed type count; with -j 1, the subgraphs holding them)")
+    p.add_argument("--op_select_implmode", metavar="MODE", default=None,
+                   help="high_performance (default): Impl tuning may choose any implementation; high_precision: "
+                        "none that changes the rounding (split-K, atomic multi-core reductions, fp16 GEMV)")
     p.add_argument("--device", metavar="ID", help="simulated device id (default $ASCEND_DEVICE_ID or 0)")
     p.add_argument("--reload", action="store_true",
                    help="resume the latest interrupted job of this model in the work path")
@@ -134,7 +137,8 @@ def main(argv: list[str]) -> int:
     tune_ops = cfg.load_tune_ops(args.tune_ops_file) if args.tune_ops_file else None
     settings = settings_from_env(env, soc=args.soc_version, mode=mode, device=args.device,
                                  work_path=args.work_path, config=args.config, budget=args.search_budget,
-                                 progress=args.progress_bar == "on", reload=args.reload)
+                                 progress=args.progress_bar == "on", reload=args.reload,
+                                 implmode=args.op_select_implmode)
     if tune_ops is None and settings.tune_ops_file:
         p = settings.tune_ops_file
         if not os.path.isabs(p) and settings.config_path is not None:

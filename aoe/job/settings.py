@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..bank import repeat_tune as env_repeat_tune
+from ..ops import HIGH_PERFORMANCE, IMPL_MODES
 from ..bank import resolve_op_bank_dir, resolve_subgraph_bank_dir
 from ..bank.paths import check_name
 from ..errors import AoeError
@@ -66,6 +67,7 @@ class JobSettings:
     tuning_parallel_asked: int = cfg.TUNING_PARALLEL_DEFAULT
     workers: int = 1                            # worker processes used
     repeat_tune: bool = False
+    implmode: str = HIGH_PERFORMANCE            # --op_select_implmode: what Impl tuning may choose
     op_bank_dir: Path | None = None
     subgraph_bank_dir: Path | None = None
     budget: int | None = None                   # evaluations per case (None: the tuner's default)
@@ -82,7 +84,8 @@ class JobSettings:
         lines = [f"device {self.device} of {self.n_devices}; work path {self.work_path}",
                  f"TE_PARALLEL_COMPILER {self.te_parallel_asked or cfg.TE_PARALLEL_DEFAULT} -> "
                  f"{self.te_parallel} simulator thread(s); TUNING_PARALLEL_NUM {self.tuning_parallel_asked} -> "
-                 f"{self.workers} worker process(es); REPEAT_TUNE={self.repeat_tune}"]
+                 f"{self.workers} worker process(es); REPEAT_TUNE={self.repeat_tune}; "
+                 f"op_select_implmode {self.implmode}"]
         if self.op_bank_dir is not None:
             lines.append(f"operator bank: {self.op_bank_dir}")
         if self.subgraph_bank_dir is not None:
@@ -94,6 +97,7 @@ def settings_from_env(env: Mapping[str, str] | None = None, *, soc: str = DEFAUL
                       device: int | str | None = None, work_path: str | os.PathLike[str] | None = None,
                       config: str | os.PathLike[str] | None = None, bank: str | os.PathLike[str] | None = None,
                       repeat_tune: bool | None = None, tuning_parallel: int | None = None,
+                      implmode: str | None = None,
                       te_parallel: int | None = None, budget: int | None = None, progress: bool = True,
                       reload: bool = False, lock: bool = True, lock_dir: str | os.PathLike[str] | None = None,
                       cwd: str | os.PathLike[str] | None = None,
@@ -131,6 +135,10 @@ def settings_from_env(env: Mapping[str, str] | None = None, *, soc: str = DEFAUL
     workers = min(tp, cfg.cpu_count())
 
     repeat = env_repeat_tune(env) if repeat_tune is None else bool(repeat_tune)
+    mode_name = HIGH_PERFORMANCE if implmode is None else implmode
+    if mode_name not in IMPL_MODES:
+        raise AoeError(f"--op_select_implmode {implmode!r} is not valid; use high_performance (the default: "
+                       f"every implementation) or high_precision (none that changes the rounding)")
     wp, _ = cfg.resolve_work_path(work_path, env, ini, cwd)
     bank_env = dict(env)
     if bank is not None:
@@ -142,7 +150,8 @@ def settings_from_env(env: Mapping[str, str] | None = None, *, soc: str = DEFAUL
     elif not (isinstance(budget, int) and budget >= 1):
         raise AoeError(f"the search budget must be a positive integer, got {budget!r}")
     s = JobSettings(work_path=wp, device=dev, n_devices=n, te_parallel_asked=te_asked, te_parallel=te,
-                    tuning_parallel_asked=tp, workers=workers, repeat_tune=repeat, op_bank_dir=op_dir,
+                    tuning_parallel_asked=tp, workers=workers, repeat_tune=repeat, implmode=mode_name,
+                    op_bank_dir=op_dir,
                     subgraph_bank_dir=sg_dir, budget=budget, lock=lock,
                     lock_dir=Path(lock_dir) if lock_dir is not None else default_lock_dir(env),
                     progress=progress, reload=reload, config_path=ini.path, tune_ops_file=ini.aoe_config_file,

@@ -6,10 +6,10 @@ Records save and restore their own resume state, so an interrupted job can go on
 
 Counting rule: every distinct tunable case counts once in `total_num`, failed ones included. A case
 whose tuning failed writes nothing, so it is `reserved` when a bank already held it and
-`unsatisfied` otherwise; an operator whose attributes are inconsistent (no case can be built) counts
-as an unsatisfied case of its own. Skipped operators (no kernel model, dynamic shapes) are not cases
-and are not counted. So `hit = update + reserved`, `total = add + hit + unsatisfied`, and `total` is
-the number of cases the run went through, whatever happened to them.
+`unsatisfied` otherwise. Operators that are not cases are not counted: skipped ones (no kernel
+model, dynamic shapes) and ones whose attributes are inconsistent (no case, no key can be built: they
+are listed as failed). So `hit = update + reserved`, `total = add + hit + unsatisfied`, and `total`
+counts every distinct case of the walk (restored ones of a resumed run included), whatever happened.
 
 A fused operator (`fused_names`: the original operators it replaced) is written under the names of
 all its operators joined, as the product does, and its `op_type` is the list of their types.

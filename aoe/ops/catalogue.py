@@ -14,7 +14,7 @@ Operators the simulator has no model for raise `Unsupported` with a reason; tuni
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..bank.schema import schema_for
@@ -46,6 +46,21 @@ class Unsupported(AoeError):
 
 
 @dataclass(frozen=True)
+class CubeEdge:
+    """A tensor between a vector operator and Cube (matmul) operators, in the layout a variant gives it.
+
+    The Cube side is priced by the tuner per SoC (`aoe.opat.tune.conversion_us`): the neighbours'
+    kernel time with this side in FRACTAL_NZ minus their time as their own cases price them (ND), and
+    on a coupled SoC, where the Cube side stays FRACTAL_NZ, the `transdata` an ND layout needs.
+    """
+
+    layout: str                               # the vector operator's side: ND | FRACTAL_NZ
+    cube_nd: tuple[MatMul, ...]               # the Cube neighbours as their own cases price them
+    cube_nz: tuple[MatMul, ...]               # the same kernels with this side in FRACTAL_NZ
+    transdata: VectorOp                       # NZ<->ND conversion of this tensor
+
+
+@dataclass(frozen=True)
 class Variant:
     """One way to run the operator: a kernel model plus the fixed extra cost around it."""
 
@@ -55,6 +70,7 @@ class Variant:
     extra_ops: tuple[SimOp, ...] = ()         # those conversion kernels, priced with their defaults
     modes: frozenset[str] = BOTH              # op_select_implmode values that allow it
     knowledge: dict[str, Any] = field(default_factory=dict)  # what to store besides the tiling
+    cube_edges: tuple[CubeEdge, ...] = ()     # tensors shared with Cube operators (Format of vector ops)
 
 
 @dataclass(frozen=True)
@@ -146,10 +162,14 @@ def _matmul_case(graph: Graph, op: Op) -> OpCase:
     # Format: FRACTAL_NZ operands. A weight (param/const) can be kept in NZ for free; an activation
     # or a graph input needs a TransData ND->NZ before the kernel, an NZ result one NZ->ND after it.
     formats = [default]
+    # a side shared with a vector operator that chooses its layout (a Cube edge) is that operator's choice
+    owned = _vector_owned_sides(graph, op)
     for fa in ("ND", "FRACTAL_NZ"):
         for fb in ("ND", "FRACTAL_NZ"):
             for fc in ("ND", "FRACTAL_NZ"):
                 if (fa, fb, fc) == ("ND", "ND", "ND"):
+                    continue
+                if any(f == "FRACTAL_NZ" and side in owned for f, side in ((fa, "a"), (fb, "b"), (fc, "c"))):
                     continue
                 extra: list[SimOp] = []
                 if fa == "FRACTAL_NZ" and graph.tensors[a_name].kind in ("activation", "input"):
@@ -303,10 +323,187 @@ def _vector_case(graph: Graph, op: Op) -> OpCase:
         "attrs": _key_attrs(op.attrs),
     })
     default = Variant("NC1HWC0" if c1hwc0 else "ND", base)
-    impls = tuple(Variant(f"impl{i}", base, modes=_impl_modes(name, i), knowledge={"impl": i})
-                  for i in range(base.impls))
     formats = (default, nchw_alt) if nchw_alt is not None else (default,)
+    if not c1hwc0 and name in _NZ_VECTOR and len(shape) >= 2:
+        cube = _cube_formats(graph, op, base, shape, kwargs)
+        if cube is not None:
+            default, nz, marker = cube
+            formats = (default, nz)
+            key = dict(key, attrs={**key["attrs"], "cube_edges": marker})  # another context, another case
+    impls = tuple(Variant(f"impl{i}", base, modes=_impl_modes(name, i), knowledge={"impl": i},
+                          cube_edges=default.cube_edges) for i in range(base.impls))
     return OpCase(op.name, op.type, "vector", key, default, formats, impls)
+
+
+# --- Format of vector operators next to Cube operators ----------------------------------------------
+#
+# The Cube computes on FRACTAL_NZ fractals. A vector operator whose input comes from a matmul or whose
+# output feeds one shares that tensor with the Cube, and its layout decides whether a TransData sits
+# on the edge. CANN's default format selection runs the vector operator in ND (the format its kernels
+# list first). What the Cube side costs then depends on the SoC (priced in aoe.opat.tune):
+# - separated SoCs (Atlas A2): the Cube kernel reads ND itself (MTE2's ND2NZ mode) and writes ND
+#   through FixPipe: no TransData; NZ on the edge only changes the Cube kernel's own time;
+# - coupled SoCs (Ascend910A, Ascend310P): the Cube's activations stay FRACTAL_NZ and the compiler
+#   inserts a TransData for an ND neighbour: choosing NZ for the vector operator removes it.
+# The NZ variant runs the vector kernel on the padded fractal layout; its other full-size neighbours
+# (not Cube) then need a TransData, charged to it like every conversion a variant implies.
+
+_CUBE_TYPES = frozenset({"MatMul", "MatMulV2", "MatMulV3", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"})
+_NZ_VECTOR = frozenset({
+    "Relu", "Abs", "Neg", "Add", "Sub", "Mul", "Maximum", "Minimum", "RealDiv", "Exp", "Log", "Sqrt", "Rsqrt",
+    "Pow", "Sigmoid", "Tanh", "Gelu", "Erf", "LeakyRelu", "ClipByValue", "Cast", "ReluGrad", "GeluGrad",
+    "SigmoidGrad", "TanhGrad", "Select", "DropOutDoMask",
+    "SoftmaxV2", "SoftmaxGrad", "LayerNorm", "LayerNormGrad", "ReduceSumD", "ReduceMeanD", "ReduceMaxD"})
+_NZ = "FRACTAL_NZ"
+
+
+def _links(graph: Graph) -> tuple[dict[str, Op], dict[str, list[Op]]]:
+    """Producers and consumers of every tensor, memoised on the graph for one sequence of operators."""
+    stamp = tuple(map(id, graph.ops))
+    memo = graph.__dict__.get("_aoe_links")
+    if memo is None or memo[0] != stamp:
+        memo = (stamp, graph.producers(), graph.consumers())
+        graph.__dict__["_aoe_links"] = memo
+    return memo[1], memo[2]
+
+
+def _cube_producer(t: str, prod: dict[str, Op], cons: dict[str, list[Op]]) -> Op | None:
+    """The matmul producing tensor `t` (through views), when `t` is its only use; else None."""
+    while True:
+        if len(cons.get(t, [])) != 1:
+            return None
+        p = prod.get(t)
+        if p is None:
+            return None
+        if p.type in _CUBE_TYPES:
+            return p
+        if not (getattr(p, "is_view", False) or p.attrs.get("view")) or not p.inputs:
+            return None
+        t = p.inputs[0]
+
+
+def _consumers_through_views(t: str, cons: dict[str, list[Op]], outputs: set[str]) -> tuple[list[tuple[Op, str]], bool]:
+    """Non-view readers of `t` as (operator, the tensor it reads), and whether anything else needs it in ND."""
+    found: list[tuple[Op, str]] = []
+    other = t in outputs
+    todo = [t]
+    while todo:
+        cur = todo.pop()
+        for c in cons.get(cur, []):
+            if getattr(c, "is_view", False) or c.attrs.get("view"):
+                other = other or any(o in outputs for o in c.outputs)
+                todo.extend(c.outputs)
+            else:
+                found.append((c, cur))
+    return found, other
+
+
+def _cube_side(graph: Graph, cube: Op, tensor: str) -> tuple[MatMul, MatMul] | None:
+    """The Cube neighbour's kernel as its case prices it, and with `tensor`'s side in FRACTAL_NZ."""
+    try:
+        nd = describe(graph, cube).default.sim_op
+    except AoeError:
+        return None
+    if not isinstance(nd, MatMul):
+        return None
+    if tensor in cube.outputs:
+        return nd, replace(nd, c_format=_NZ)
+    idx = cube.inputs.index(tensor)
+    if idx > 1:
+        return None  # a bias
+    return nd, replace(nd, a_format=_NZ) if idx == 0 else replace(nd, b_format=_NZ)
+
+
+def _nz_capable(graph: Graph, v: Op, tensor: str) -> bool:
+    """True if vector operator `v` may take FRACTAL_NZ on its full-size tensor `tensor` (see _cube_formats)."""
+    name = _VECTOR_AS.get(v.type, VECTOR_ALIASES.get(v.type, v.type))
+    if name not in _NZ_VECTOR or not v.inputs:
+        return False
+    main = max((graph.tensors[t] for t in v.inputs), key=lambda t: _prod(t.shape))
+    shape = tuple(main.shape)
+    c1hwc0 = len(shape) == 4 and main.format == "NCHW"
+    return not c1hwc0 and len(shape) >= 2 and tuple(graph.tensors[tensor].shape) == shape
+
+
+def _vector_owned_sides(graph: Graph, mm: Op) -> set[str]:
+    """Sides ("a", "b", "c") of matmul `mm` that are Cube edges of a vector operator (its layout choice)."""
+    prod, cons = _links(graph)
+    owned = set()
+    for side, t in zip("ab", mm.inputs[:2]):
+        while True:  # up through views to the producer
+            p = prod.get(t)
+            if p is None or not (getattr(p, "is_view", False) or p.attrs.get("view")) or not p.inputs:
+                break
+            t = p.inputs[0]
+        if p is not None and _nz_capable(graph, p, p.outputs[0]) and p.outputs[0] == t:
+            owned.add(side)
+    if mm.outputs:
+        readers, _ = _consumers_through_views(mm.outputs[0], cons, set(graph.outputs))
+        if (len(readers) == 1 and _cube_producer(readers[0][1], prod, cons) is mm
+                and _nz_capable(graph, readers[0][0], readers[0][1])):
+            owned.add("c")
+    return owned
+
+
+def _nz_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return (*shape[:-2], -(-shape[-2] // 16) * 16, -(-shape[-1] // 16) * 16)
+
+
+def _cube_formats(graph: Graph, op: Op, base: VectorOp, shape: tuple[int, ...],
+                  kwargs: dict[str, Any]) -> tuple[Variant, Variant, list[str]] | None:
+    """ND (default) and FRACTAL_NZ variants of a vector operator sharing tensors with Cube operators."""
+    prod, cons = _links(graph)
+    outputs = set(graph.outputs)
+    dtype = base.dtype
+    edges: list[tuple[list[tuple[MatMul, MatMul]], VectorOp]] = []
+    marker: list[str] = []
+    other_ins: list[str] = []
+    for t in dict.fromkeys(op.inputs):
+        tensor = graph.tensors[t]
+        if tuple(tensor.shape) != shape:
+            continue  # a broadcast operand or statistics: stays as it is
+        cube = _cube_producer(t, prod, cons)
+        side = None
+        if cube is not None:
+            out = next(o for o in cube.outputs)
+            side = _cube_side(graph, cube, out)
+        if side is not None:
+            edges.append(([side], _transdata(shape, dtype, _NZ, "ND")))
+            marker.append("in")
+        elif tensor.kind in ("activation", "input"):
+            other_ins.append(t)
+    other_out = False
+    if op.outputs and tuple(graph.tensors[op.outputs[0]].shape) == shape:
+        readers, other_out = _consumers_through_views(op.outputs[0], cons, outputs)
+        sides = []
+        for c, t in readers:
+            side = _cube_side(graph, c, t) if c.type in _CUBE_TYPES else None
+            if side is None:
+                other_out = True
+            else:
+                sides.append(side)
+        if sides:
+            edges.append((sides, _transdata(shape, dtype, "ND", _NZ)))
+            marker.append("out")
+    elif op.outputs:
+        other_out = True  # a reduced output is written as it is
+    if not edges:
+        return None
+    try:
+        nz_op = VectorOp(base.op_type, _nz_shape(shape), dtype=dtype, in_format=_NZ, out_format=_NZ, **kwargs)
+    except AoeError:
+        return None
+    extra = [_transdata(shape, dtype, "ND", _NZ) for _ in other_ins]
+    if other_out and op.outputs and tuple(graph.tensors[op.outputs[0]].shape) == shape:
+        extra.append(_transdata(shape, dtype, _NZ, "ND"))
+
+    def edge(layout: str) -> tuple[CubeEdge, ...]:
+        return tuple(CubeEdge(layout, tuple(s[0] for s in sides), tuple(s[1] for s in sides), td)
+                     for sides, td in edges)
+
+    default = Variant("ND", base, cube_edges=edge("ND"))
+    nz = Variant("NZ", nz_op, extra_ops=tuple(extra), cube_edges=edge(_NZ), knowledge={"formats": [_NZ]})
+    return default, nz, marker
 
 
 def _out_shape(outs: list[Any], fallback: tuple[int, ...]) -> tuple[int, ...]:
