@@ -25,9 +25,9 @@ def _flat_tensors(out: Any, torch: Any) -> tuple[Any, ...]:
     return tuple(x for x in pytree.tree_leaves(out) if isinstance(x, torch.Tensor))
 
 
-def _loss_of(out: Any, loss_fn: Callable[..., Any] | None, torch: Any) -> Any:
+def _loss_of(out: Any, loss_fn: Callable[..., Any] | None, targets: Sequence[Any], torch: Any) -> Any:
     if loss_fn is not None:
-        return loss_fn(out)
+        return loss_fn(out, *targets)
     loss = getattr(out, "loss", None)
     if isinstance(loss, torch.Tensor) and loss.dim() == 0:
         return loss
@@ -60,8 +60,12 @@ def capture(model: Any, example_inputs: Sequence[Any], name: str | None = None,
 
 
 def capture_train_step(model: Any, example_inputs: Sequence[Any], loss_fn: Callable[..., Any] | None = None,
-                       optimizer: Any = None, name: str | None = None, compute_dtype: str = "float16") -> Graph:
-    """Forward + loss + backward + optimizer update of ``model`` as one training graph."""
+                       optimizer: Any = None, name: str | None = None, compute_dtype: str = "float16",
+                       targets: Sequence[Any] = ()) -> Graph:
+    """Forward + loss + backward + optimizer update of ``model`` as one training graph.
+
+    The loss is ``loss_fn(model(*example_inputs), *targets)`` (targets such as labels are graph inputs too).
+    """
     torch = import_torch()
     from torch._functorch.aot_autograd import aot_export_module
 
@@ -73,21 +77,25 @@ def capture_train_step(model: Any, example_inputs: Sequence[Any], loss_fn: Calla
             self.m = m
 
         def forward(self, *args: Any) -> Any:
-            return (_loss_of(self.m(*args), loss_fn, torch),)
+            n = len(args) - len(targets)
+            return (_loss_of(self.m(*args[:n]), loss_fn, args[n:], torch),)
 
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise AoeError("the model has no trainable parameters (requires_grad=True): nothing to train")
     try:
-        gm, sig = aot_export_module(_Step(model), tuple(example_inputs), trace_joint=True, output_loss_index=0)
+        gm, sig = aot_export_module(_Step(model), tuple(example_inputs) + tuple(targets), trace_joint=True,
+                                    output_loss_index=0)
     except RuntimeError as exc:
         raise AoeError(f"cannot trace the training step of {type(model).__name__}: {str(exc).splitlines()[0]}; "
-                       "pass loss_fn=lambda output: <scalar loss>") from None
+                       "pass loss_fn=lambda output, *targets: <scalar loss> (and tensors it reads as targets=...)") from None
     kinds = {**{k: "param" for k in sig.inputs_to_parameters}, **{k: "const" for k in sig.inputs_to_buffers}}
-    graph = from_fx(gm, name or type(model).__name__, kinds, compute_dtype, training=True)
-    # parameter FQN -> its tensor in the graph, gradient node -> parameter FQN
+    values: dict[str, str] = {}
+    graph = from_fx(gm, name or type(model).__name__, kinds, compute_dtype, training=True, values=values)
+    # parameter FQN -> its tensor in the graph; gradient output node -> parameter FQN
     by_fqn = {fqn: ph for ph, fqn in sig.inputs_to_parameters.items()}
-    grads = {by_fqn[fqn]: g for g, fqn in sig.backward_signature.gradients_to_parameters.items() if fqn in by_fqn}
+    grads = {by_fqn[fqn]: values[g] for g, fqn in sig.backward_signature.gradients_to_parameters.items()
+             if fqn in by_fqn and g in values}
     _add_optimizer(graph, grads, optimizer, torch)
     graph.validate()
     return graph
@@ -99,7 +107,8 @@ def _add_optimizer(g: Graph, grads: dict[str, str], optimizer: Any, torch: Any) 
     kind = type(optimizer).__name__ if optimizer is not None else "Adam"
     if kind in ("Adam", "AdamW") and not (optimizer is not None and _adam_variant(optimizer)):
         wd = float(optimizer.defaults.get("weight_decay", 0.0)) if optimizer is not None else 0.0
-        _apply_adam(g, grads, decoupled_decay=wd if kind == "AdamW" else 0.0, l2=wd if kind == "Adam" else 0.0)
+        lr = float(optimizer.defaults.get("lr", 1e-3)) if optimizer is not None else 1e-3
+        _apply_adam(g, grads, decoupled_decay=lr * wd if kind == "AdamW" else 0.0, l2=wd if kind == "Adam" else 0.0)
         return
     _traced_optimizer(g, grads, optimizer, torch)
 
@@ -146,9 +155,9 @@ def _apply_adam(g: Graph, grads: dict[str, str], decoupled_decay: float, l2: flo
             _emit(g, f"{p}/adam/decay_add", "Add", [grad, wp], [g2])
             grad = g2
         if decoupled_decay:
-            # AdamW: p *= 1 - lr * wd before the Adam step
+            # AdamW: p *= 1 - lr * wd before the Adam step (decoupled_decay = lr * wd)
             var = _new(g, f"{p}/adamw/decayed", p)
-            _emit(g, f"{p}/adamw/decay", "Muls", [p], [var], {"decoupled_weight_decay": decoupled_decay})
+            _emit(g, f"{p}/adamw/decay", "Muls", [p], [var], {"value": 1.0 - decoupled_decay})
         outs = [_new(g, f"{p}/updated", p), _new(g, f"{m}/updated", p), _new(g, f"{v}/updated", p)]
         _emit(g, f"{p}/adam", "ApplyAdamD", [var, m, v, scalars["beta1_power"], scalars["beta2_power"],
                                               scalars["lr"], scalars["beta1"], scalars["beta2"], scalars["epsilon"],

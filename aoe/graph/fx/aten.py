@@ -162,6 +162,11 @@ def r_copy(cv: Converter, node: Any, a: dict) -> Any:
     return Val(out)
 
 
+@rule("_record_function_enter", "_record_function_enter_new", "_record_function_exit")
+def r_profiler(cv: Converter, node: Any, a: dict) -> Any:
+    return None  # profiler markers (optimizer steps are wrapped in them): no computation
+
+
 @rule("zeros", "ones", "full", "empty", "empty_strided", "empty_like", "zeros_like", "ones_like", "full_like",
       "new_zeros", "new_ones", "new_full", "new_empty", "new_empty_strided", "arange", "scalar_tensor",
       "empty_permuted", "fill", "lift_fresh_copy_")

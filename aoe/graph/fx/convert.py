@@ -42,7 +42,8 @@ class Val:
 class Converter:
     """One conversion: call ``run()`` once."""
 
-    def __init__(self, gm: Any, name: str, kinds: Mapping[str, str], compute_dtype: str, training: bool) -> None:
+    def __init__(self, gm: Any, name: str, kinds: Mapping[str, str], compute_dtype: str, training: bool,
+                 values: dict[str, str] | None = None) -> None:
         self.torch = import_torch()
         self.gm = gm
         self.name = name
@@ -60,6 +61,7 @@ class Converter:
         self.has_conv = any(n.op == "call_function" and _packet(n.target) in _POOL_OR_CONV for n in gm.graph.nodes)
         self.node: Any = None  # the node being converted (for names and messages)
         self.elem: int | None = None  # the list element a _foreach_* rule is converting
+        self.values = values          # filled with output node name -> IR tensor (permutations applied)
 
     # ---- driver ------------------------------------------------------------------------------
     def run(self) -> Graph:
@@ -276,6 +278,12 @@ class Converter:
                 flat.append(self.env.get(a.name))
 
         walk(arg)
+        if self.values is not None:
+            # the caller needs each output in its own layout (e.g. a weight gradient for the optimizer)
+            for a in _flat_nodes(arg):
+                v = self.env.get(a.name)
+                if isinstance(v, Val):
+                    self.values[a.name] = self.mat(v)
         names: list[str] = []
         for v in flat:
             # a saved permuted view is the same memory as its base: the base is the output

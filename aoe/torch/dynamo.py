@@ -20,6 +20,10 @@ from ..errors import AoeError
 from ..graph.fx.convert import import_torch
 
 
+_BREAKS_LOCK = threading.Lock()
+_BREAKS_SEEN: dict[str, int] = {}   # graph-break reason -> dynamo's count when last reported
+
+
 @dataclass
 class Options:
     """What ``aoe.torch.backend(**options)`` accepts (the session options of the product, as values)."""
@@ -64,7 +68,6 @@ class Backend:
         self._lock = threading.Lock()
         self._count = 0
         self._result_file: Any = None
-        self._breaks_seen: dict[str, int] = {}
         self.results: list[Any] = []      # JobResult per tuned graph
         self.graphs: list[Any] = []       # the converted aoe graphs, in tuning order
         self.skipped: list[str] = []      # graphs not tuned, with the reason
@@ -208,10 +211,13 @@ class Backend:
         except ImportError:
             return
         new = []
-        for reason, n in list(counters.get("graph_break", {}).items()):
-            if n > self._breaks_seen.get(reason, 0):
-                new.append(str(reason).splitlines()[0][:200])
-            self._breaks_seen[reason] = n
+        with _BREAKS_LOCK:
+            # dynamo's counters are per process, so what was already reported is too (a backend may be
+            # created per graph, as torch.compile(backend="aoe") does)
+            for reason, n in list(counters.get("graph_break", {}).items()):
+                if n > _BREAKS_SEEN.get(reason, 0) or (n and n < _BREAKS_SEEN.get(reason, 0)):
+                    new.append(str(reason).splitlines()[0][:200])
+                _BREAKS_SEEN[reason] = n
         if new:
             warnings.warn(f"aoe: graph break ({'; '.join(new[:3])}): the model is captured as several graphs, "
                           "each tuned on its own", stacklevel=2)
