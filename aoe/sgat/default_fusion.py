@@ -103,7 +103,9 @@ class _Builder:
         for (a, b), f in zip(rd.edges.tolist(), rd.edgef.tolist()):
             self.preds[b].append((a, f[BARRIER] > 0.5))
             self.succs[a].append(b)
-        # readers of each kernel's outputs inside the subgraph, and whether any output escapes
+        # readers of each kernel's outputs inside the subgraph, and whether any output escapes (the
+        # region data lists the tensors read inside the subgraph; an output read only outside it is
+        # not seen here — the rules that ask this apply to single-output operators)
         self.readers = [0] * self.n
         self.escapes = [False] * self.n
         for (p, mask), (_, esc) in zip(rd.tens.tolist(), rd.tensf.tolist()):
