@@ -3,7 +3,8 @@
 - **Schedule** searches the tiling space of the operator's default kernel and layouts, restricted
   to the implementation class of CANN's default strategy (so a different algorithm counts as Impl).
 - **Format** searches the same kernel in other layouts; the TransData conversions a layout needs
-  are priced and added (`Variant.extra_ops`).
+  are priced and added (`Variant.extra_ops`), and so is the Cube side of a vector operator's Cube
+  edges (`conversion_us`), for the default layout too.
 - **Impl** searches the other implementation classes allowed under `op_select_implmode`: for
   matmul A or B resident in L1, split-K across cores, a vector GEMV for tiny M; for conv 1x1 as
   matmul and depthwise on the Vector unit; for vector operators the `impl` alternatives of the kernel.
@@ -12,7 +13,8 @@ The "before" is CANN's default strategy on the default variant. `TuneResult.kind
 stage found; `TuneResult.steps` describes the *final* strategy step by step: only kinds the final
 strategy actually uses appear (a Format step only if the chosen layout is not the default one, an
 Impl step only if the kernel or implementation class is not the default one, a Schedule step only if
-the final tiling is the Schedule stage's tuning of the default kernel), and the steps chain from the
+the final strategy keeps a tuned tiling of the default class, found by the Schedule stage and kept or
+re-searched on the chosen layout), and the steps chain from the
 "before" to the "after", so the product of their before/after ratios is the total before/after.
 When Impl wins, the Schedule and Format steps it replaced are dropped and Impl starts at "before".
 """
