@@ -11,7 +11,7 @@ from .errors import AoeError
 # sub-command -> module with `main(argv: list[str]) -> int`
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("aoe.sim.cli", "price one operator strategy on the simulated AI Core"),
-    "graph": ("aoe.graph.cli", "import a model and print its operator summary"),
+    "graph": ("aoe.ops.coverage:graph_main", "import a model and print its operator summary"),
     "bank": ("aoe.bank.cli", "inspect, export, import and verify knowledge banks"),
     "verify": ("aoe.job.cli:verify_main", "compare a model's simulated time with default strategies vs. the banks"),
 }

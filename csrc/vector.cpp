@@ -30,6 +30,9 @@ struct VopSpec {
     int passes[3];      // GM passes over a row that does not fit in a tile (0: impl needs the row in UB)
     int n_impl;
     bool per_row_of_p0 = false;  // vector work scales with p0 (GEMV: one pass over B per row of A)
+    int n_chan_params = 0;       // per-channel fp32 vectors (axis 1) loaded once per core, kept in UB
+    double vcost_per_p0 = 0;     // extra vector cycles per 256 B for each unit of p0 (LRN: window size)
+    int in_from_p0p1 = 0;        // input is p0 x p1 planes of the main (output) shape's planes (Resize)
 };
 
 // Recipes: instruction counts and per-repeat costs (transcendentals several cycles per repeat,
@@ -98,6 +101,50 @@ const VopSpec kVops[] = {
     {"AvgPool",          C_POOL,     1, 1, 0, 1, {1.25, 0, 0},       2, 0, {1, 0, 0}, 1},
     {"MaxPoolGrad",      C_POOL,     3, 1, 0, 2, {2, 0, 0},          3, 0, {1, 0, 0}, 1},
     {"AvgPoolGrad",      C_POOL,     1, 1, 0, 1, {1.5, 0, 0},        2, 0, {1, 0, 0}, 1},
+    // --- inference operators of common CNN / transformer graphs (appended: codes above stay stable) ---
+    // BNInfer: y = (x - mean) * (scale / sqrt(var + eps)) + offset on NC1HWC0. The per-channel
+    // factor is computed once per core on C elements; per element it is vsub, vmul, vadd (3 repeats)
+    // with the channel vectors read at repeat stride 0 (no broadcast materialised). The four fp32
+    // per-channel inputs (scale, offset, mean, variance) are loaded once per core and stay in UB.
+    {"BNInfer",          C_ELT,      1, 1, 0, 1, {3, 0, 0},          3, 0, {1, 0, 0}, 1, false, 4},
+    // LRN across channels: y = x / (bias + alpha/size * sum_window x^2)^beta. Per element: square (1),
+    // scale and bias (2), pow as exp(beta*ln(.)) (4 + 1 + 4), the divide as a multiply by the
+    // reciprocal (1) = 13 repeats; plus the window: each of the size-1 neighbour offsets needs a
+    // lane-shifted copy and an add (2 repeats each: vcost_per_p0 = 2, the -1 folded into the base).
+    // p0 = window size. Neighbouring C1 planes are re-read as a halo (see eval_vector).
+    {"LRN",              C_ELT,      1, 1, 0, 3, {11, 0, 0},         6, 0, {1, 0, 0}, 1, false, 0, 2},
+    // Activations: repeats per 256 B are the count of vector instructions of their usual expansion.
+    {"HardSigmoid",      C_ELT,      1, 1, 0, 0, {4, 0, 0},          4, 0, {1, 0, 0}, 1},  // muls, adds, max, min
+    {"HardSwish",        C_ELT,      1, 1, 0, 1, {5, 0, 0},          5, 0, {1, 0, 0}, 1},  // HardSigmoid, mul
+    {"Swish",            C_ELT,      1, 1, 0, 1, {11, 0, 0},         5, 0, {1, 0, 0}, 1},  // Sigmoid, mul
+    {"Softplus",         C_ELT,      1, 1, 0, 1, {9, 0, 0},          3, 0, {1, 0, 0}, 1},  // exp, adds, ln
+    {"Elu",              C_ELT,      1, 1, 0, 1, {8, 0, 0},          5, 0, {1, 0, 0}, 1},  // exp, adds, muls, cmp, sel
+    {"Mish",             C_ELT,      1, 1, 0, 2, {22, 0, 0},        10, 0, {1, 0, 0}, 1},  // Softplus, Tanh, mul
+    {"Sin",              C_ELT,      1, 1, 0, 2, {12, 0, 0},         8, 0, {1, 0, 0}, 1},  // range reduction + polynomial
+    {"Floor",            C_ELT,      1, 1, 0, 0, {2, 0, 0},          2, 0, {1, 0, 0}, 1},  // vconv with rounding, back
+    {"Sign",             C_ELT,      1, 1, 0, 1, {3, 0, 0},          3, 0, {1, 0, 0}, 1},  // two compares, select
+    {"Softsign",         C_ELT,      1, 1, 0, 1, {6, 0, 0},          3, 0, {1, 0, 0}, 1},  // abs, adds, div
+    {"FloorMod",         C_ELT,      2, 1, 0, 1, {8, 0, 0},          4, 0, {1, 0, 0}, 1},  // div, floor, mul, sub
+    {"PRelu",            C_ELT,      2, 1, 0, 1, {4, 0, 0},          4, 0, {1, 0, 0}, 1},  // max, min, mul, add
+    // ArgMax/ArgMin: a reduction that carries the index (compare + select per repeat).
+    {"ArgMaxV2",         C_ROW,      1, 0, 1, 2, {3, 0, 0},          3, 2, {1, 0, 0}, 1},
+    // Resize on NC1HWC0: main shape = the output; p0 x p1 = the input plane (H x W). Nearest copies
+    // C0 vectors (1 repeat per output); bilinear weighs 4 neighbours (4 mul + 3 add + index/weight
+    // arithmetic amortised over a row: 8 repeats). Input rows are read once and reused in UB.
+    {"ResizeNearestNeighborV2", C_ELT, 1, 1, 0, 0, {1, 0, 0},        1, 0, {1, 0, 0}, 1, false, 0, 0, 1},
+    {"ResizeBilinearV2", C_ELT,      1, 1, 0, 2, {8, 0, 0},          6, 0, {1, 0, 0}, 1, false, 0, 0, 1},
+    // Gradients of the activations above (inputs dy and x or y): the forward expansion's derivative.
+    {"HardSwishGrad",    C_ELT,      2, 1, 0, 2, {7, 0, 0},          7, 0, {1, 0, 0}, 1},  // 2 cmp, 2 sel, muls, adds, mul
+    {"HardSigmoidGrad",  C_ELT,      2, 1, 0, 1, {6, 0, 0},          6, 0, {1, 0, 0}, 1},  // muls, adds, 2 cmp, sel, mul
+    {"SoftplusGrad",     C_ELT,      2, 1, 0, 1, {11, 0, 0},         5, 0, {1, 0, 0}, 1},  // Sigmoid, mul
+    {"EluGrad",          C_ELT,      2, 1, 0, 1, {4, 0, 0},          4, 0, {1, 0, 0}, 1},  // cmp, adds, sel, mul
+    {"ErfGrad",          C_ELT,      2, 1, 0, 1, {8, 0, 0},          5, 0, {1, 0, 0}, 1},  // square, muls, exp, muls, mul
+    {"SinGrad",          C_ELT,      2, 1, 0, 2, {13, 0, 0},         9, 0, {1, 0, 0}, 1},  // Sin of the shifted x, mul
+    {"MishGrad",         C_ELT,      2, 1, 0, 3, {30, 0, 0},        14, 0, {1, 0, 0}, 1},  // Softplus, Tanh, Sigmoid, 4 mul/add
+    {"SoftsignGrad",     C_ELT,      2, 1, 0, 1, {7, 0, 0},          4, 0, {1, 0, 0}, 1},  // abs, adds, mul, div
+    {"AbsGrad",          C_ELT,      2, 1, 0, 1, {4, 0, 0},          4, 0, {1, 0, 0}, 1},  // Sign, mul
+    {"LeakyReluGrad",    C_ELT,      2, 1, 0, 1, {3, 0, 0},          3, 0, {1, 0, 0}, 1},  // cmp, muls, sel
+    {"SqrtGrad",         C_ELT,      2, 1, 0, 1, {5, 0, 0},          2, 0, {1, 0, 0}, 1},  // div, muls
 };
 constexpr int kNumVops = int(sizeof(kVops) / sizeof(kVops[0]));
 
@@ -135,6 +182,13 @@ std::string check_vector(const int64_t* op) {
         if (op[V_P0] < 1 || op[V_P1] < 1 || op[V_P2] < 1 || op[V_P3] < 1)
             return "pooling needs positive kernel (p0, p1) and stride (p2, p3)";
         if (op[V_P0] > op[V_D0 + 2] || op[V_P1] > op[V_D0 + 3]) return "pooling kernel larger than the input";
+    }
+    if (sp.vcost_per_p0 > 0 && (op[V_P0] < 1 || op[V_P0] > 4096))
+        return std::string(sp.name) + " needs a window size p0 in 1..4096";
+    if (sp.in_from_p0p1) {
+        if (rank != 4) return std::string(sp.name) + " takes an NCHW output shape (rank 4)";
+        if (op[V_P0] < 1 || op[V_P1] < 1 || op[V_P0] > (int64_t(1) << 31) || op[V_P1] > (int64_t(1) << 31))
+            return std::string(sp.name) + " needs the input height p0 and width p1 (positive)";
     }
     if (sp.cls == C_TRANSPOSE) {
         // p0 packs the permutation, 4 bits per axis, axis 0 in the lowest bits
@@ -260,10 +314,14 @@ AOE_HOT Result eval_vector(const SoC& s, const int64_t* op, const int64_t* st) {
     }
     if (run_out == 0) run_out = std::min(tile_elems, E_out) * eo;
 
+    // Resize reads p0 x p1 input planes for d2 x d3 output planes: input bytes scale by the ratio.
+    const double in_ratio = sp.in_from_p0p1 ? double(op[V_P0]) * double(op[V_P1]) / (double(d[2]) * double(d[3])) : 1.0;
+    // Per-channel parameter vectors (fp32, axis 1), resident in UB and loaded once per core.
+    const double param_bytes = sp.n_chan_params * double(rank >= 2 ? d[1] : d[0]) * 4.0;
     // UB capacity: inputs, outputs and temporaries of one tile, twice when double-buffered.
-    const double n_in = double(sp.n_in);
+    const double n_in = double(sp.n_in) * in_ratio;
     const double out_tiles = sp.n_out * double(eo) / double(ei);
-    double ub_need = double(tile) * ei * ((n_in + out_tiles) * (1 + db) + sp.n_tmp);
+    double ub_need = double(tile) * ei * ((n_in + out_tiles) * (1 + db) + sp.n_tmp) + param_bytes;
     const double ub_cap = double(s.ub - s.ub_reserved);
     // A broadcast second input that is reused across tiles stays resident in UB.
     const int64_t bc = op[V_BCAST];
@@ -305,6 +363,17 @@ AOE_HOT Result eval_vector(const SoC& s, const int64_t* op, const int64_t* st) {
 
     const double repeats = ceil_pos(tile_elems * ei / s.vec_bytes_per_cycle);
     if (sp.per_row_of_p0 && op[V_P0] > 1) vcost *= double(op[V_P0]);
+    if (sp.vcost_per_p0 > 0) {
+        vcost += sp.vcost_per_p0 * double(op[V_P0]);
+        if (rank == 4) {
+            // A channel window crossing C0 groups needs the neighbouring C1 planes of each tile: a halo
+            // of 2 * ceil(radius / C0) planes re-read per tile (bounded by the planes that exist).
+            const double c0 = 32.0 / double(ei), c1 = ceil_pos(double(d[1]) / c0);
+            const double plane = double(d[2]) * double(d[3]) * c0;
+            const double halo = std::min(2.0 * ceil_pos(double((op[V_P0] - 1) / 2) / c0), c1 - 1.0);
+            t2 *= 1.0 + std::max(0.0, halo) / std::max(1.0, tile_elems / plane);
+        }
+    }
     double tv = vcost * repeats / passes;
     double instrs = double(sp.ninstr) * ceil_pos(std::max(repeats, 1.0) / 255.0);
     if (sp.cls == C_ROW) {
@@ -340,7 +409,7 @@ AOE_HOT Result eval_vector(const SoC& s, const int64_t* op, const int64_t* st) {
     const double core_bytes = (in_bytes_tile * first_frac + out_elems_tile * eo) * tiles;
     const double hbm_floor = core_bytes / (hbm_bpc / active);
     double total = std::max(per_tile * tiles, hbm_floor) + fill + s.scalar_task_cycles;
-    const double resident_in = E2 * ei;  // broadcast operand loaded once per core
+    const double resident_in = E2 * ei + param_bytes;  // broadcast operand / channel params, once per core
     total += resident_in / sh_h;
     double extra_us = 0;
     if (split_rows) {  // atomic accumulation of per-core partials
@@ -355,7 +424,7 @@ AOE_HOT Result eval_vector(const SoC& s, const int64_t* op, const int64_t* st) {
     r.busy_us[P_OVERHEAD] = s.launch_us + fill / cyc_us + extra_us;
     const double in_total = E * ei * n_in;
     const double out_total = sp.cls == C_ROW ? (sp.n_out * E + sp.n_red_out * rows * I) * eo : sp.n_out * E_out * eo;
-    const double in_hbm = (sp.cls == C_ELT && E2 > 0) ? E * ei * (streamed_in) + E2 * ei : in_total;
+    const double in_hbm = ((sp.cls == C_ELT && E2 > 0) ? E * ei * (streamed_in) + E2 * ei : in_total) + param_bytes;
     r.hbm_bytes = in_hbm + out_total;
     r.l2_bytes = in_hbm * (passes - 1);
     r.bytes = in_hbm + out_total;

@@ -36,7 +36,7 @@ class BankKeyError(AoeError):
 MATMUL_OPS = ("MatMul", "MatMulV2", "MatMulV3", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3")
 CONV_OPS = ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "Conv2DBackpropInputD",
             "Conv2DBackpropFilterD", "DepthwiseConv2D", "DepthwiseConv2DBackpropInput",
-            "DepthwiseConv2DBackpropFilter")
+            "DepthwiseConv2DBackpropFilter", "Conv2DTranspose")
 
 # GemmInputArgs, in CANN's order.
 MATMUL_KEY = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import AoeError
 
@@ -72,6 +72,21 @@ def format_summary(s: dict[str, Any], per_op: bool = False) -> str:
             lines.append(f"  {u.get('op')!r} ({u.get('onnx_type')!r}): {u.get('reason')}")
         if len(s["unsupported"]) > 50:
             lines.append(f"  ... and {len(s['unsupported']) - 50} more")
+    if s.get("unmodelled"):
+        un = s["unmodelled"]
+        counts: dict[str, int] = {}
+        for u in un:
+            counts[str(u.get("op_type"))] = counts.get(str(u.get("op_type")), 0) + 1
+        by_type = ", ".join(f"{t[:40]} x{n}" for t, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+        lines.append("")
+        lines.append(f"unmodelled: {len(un)} operators the simulator cannot price (tuning skips them): {by_type}")
+        for u in un[:20]:
+            lines.append(f"  {u.get('op')!r} ({u.get('op_type')!r}): {u.get('reason')}")
+        if len(un) > 20:
+            lines.append(f"  ... and {len(un) - 20} more")
+    elif "unmodelled" in s:
+        lines.append("")
+        lines.append("unmodelled: none (the simulator prices every operator)")
     if per_op:
         lines.append("")
         lines.append(f"{'operator':<48}{'type':<24}{'MACs':>14}{'FLOPs':>14}{'bytes':>14}")
@@ -81,8 +96,12 @@ def format_summary(s: dict[str, Any], per_op: bool = False) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str]) -> int:
-    """Entry point of ``aoe graph``; returns the exit code (errors raise AoeError)."""
+def main(argv: list[str], annotate: Callable[[Graph], dict[str, Any]] | None = None) -> int:
+    """Entry point of ``aoe graph``; returns the exit code (errors raise AoeError).
+
+    `annotate(graph)` adds keys to the summary (the entrance passes the unmodelled operators, which
+    this floor cannot know: pricing lives above it).
+    """
     args = _parser().parse_args(argv)
     from . import load
 
@@ -92,6 +111,8 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(graph.to_json() + "\n")
         return 0
     s = graph.summary()
+    if annotate is not None:
+        s.update(annotate(graph))
     if args.json:
         if not args.per_op:
             s = {k: v for k, v in s.items() if k != "ops"}

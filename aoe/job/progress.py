@@ -80,6 +80,24 @@ def table(rows: Sequence[Sequence[str]], header: Sequence[str], right: Sequence[
     return out
 
 
+def skipped_entries(report: Any, graph: Any = None) -> list[dict[str, Any]]:
+    """Every operator the tuner skipped as {"op", "op_type", "reason"} (OPAT records or SGAT dicts).
+
+    With the `graph`, an Opaque operator is named by its source type (`Opaque(Atan)`).
+    """
+    source = {op.name: op.attrs.get("onnx_type") for op in graph.ops if op.type == "Opaque"} if graph else {}
+    out = []
+    for s in getattr(report, "skipped", None) or []:
+        if isinstance(s, dict):
+            e = {"op": str(s.get("op", "")), "op_type": s.get("op_type", "?"), "reason": str(s.get("reason", ""))}
+        else:
+            e = {"op": s.op_name, "op_type": s.op_type, "reason": str(s.skipped)}
+        if e["op_type"] == "Opaque" and source.get(e["op"]):
+            e["op_type"] = f"Opaque({source[e['op']]})"
+        out.append(e)
+    return out
+
+
 def opat_summary(report: Any, top: int = 10) -> list[str]:
     """Top operators by time saved, then totals (OPAT)."""
     recs = [r for r in report.records if r.before_us is not None and r.after_us is not None]

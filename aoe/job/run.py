@@ -28,12 +28,13 @@ from .. import graph as g
 from .. import opat
 from ..errors import AoeError
 from ..graph.training import derive_training
+from ..ops.coverage import format_counts, skipped_log_path, write_skipped_log
 from ..opat.apply import select_ops
 from ..opat.report import record_from_state as opat_record
 from ..soc import Soc, load_soc
 from ..tuning import FAILED, INCOMPLETE, SUCCESS, Events, Report
 from .lock import DeviceLock
-from .progress import Progress, opat_summary, sgat_summary
+from .progress import Progress, opat_summary, sgat_summary, skipped_entries
 from .result import ResultFile, atomic_write_json, find_interrupted
 from .settings import DEFAULT_SOC, JobSettings, JobSpec, _warn, settings_from_env
 from .signals import StopFlag
@@ -65,6 +66,8 @@ class JobResult:
     bank_dir: Path | None = None
     resumed_from: int = 0               # operators kept from an interrupted run
     output: Path | None = None
+    skipped: list[dict[str, Any]] | None = None  # operators not priced: {"op", "op_type", "reason"}
+    skipped_log: Path | None = None     # the same list in a file beside the result file
 
     @property
     def exit_code(self) -> int:
@@ -79,9 +82,15 @@ class JobResult:
         lines: list[str] = []
         if self.report is not None:
             lines += opat_summary(self.report, top) if self.kind == "opat" else sgat_summary(self.report, top)
+            skipped = self.skipped if self.skipped is not None else skipped_entries(self.report)
+            if skipped:  # absent from every total above: say which, never only how many
+                lines.append(f"skipped operators (not priced, in no total): {len(skipped)}: "
+                             f"{format_counts(skipped)}")
         lines.append(f"{self.kind.upper()} {self.status} in {self.seconds:.2f} s"
                      + (f" (resumed, {self.resumed_from} operators kept)" if self.resumed_from else ""))
         lines.append(f"result file: {self.result_file}")
+        if self.skipped_log is not None:
+            lines.append(f"skipped operators (name, type, reason): {self.skipped_log}")
         if self.bank_dir is not None:
             lines.append(f"custom bank: {self.bank_dir}")
         if self.output is not None:
@@ -267,14 +276,27 @@ def _run_locked(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, tune
         write(report, True)
         return JobResult(kind, INCOMPLETE, rf.path, key, tuning_name, report,
                          report.to_result_section() if report is not None else None, seconds, stop.signum,
-                         tuner.bank_dir, len(done))
+                         tuner.bank_dir, len(done), **_skipped(rf.path, report, graph, tuning_name))
     _set_seconds(report, seconds)
     sec = report.to_result_section()
     rf.set_task(key, tuning_name, seconds, sec)
     rf.write()
     rf.remove_state()
     return JobResult(kind, report.status, rf.path, key, tuning_name, report, sec, seconds, None,
-                     tuner.bank_dir, len(done))
+                     tuner.bank_dir, len(done), **_skipped(rf.path, report, graph, tuning_name))
+
+
+def _skipped(result_path: Path, report: Any, graph: Any, tuning_name: str) -> dict[str, Any]:
+    """JobResult's skipped operators, written beside the result file (aoe_skipped_<kind>_<ts>_pid<pid>.log)."""
+    entries = skipped_entries(report, graph) if report is not None else []
+    if not entries:
+        return {"skipped": entries, "skipped_log": None}
+    path = skipped_log_path(result_path)
+    try:
+        return {"skipped": entries,
+                "skipped_log": write_skipped_log(path, entries, title=f"operators of {tuning_name} tuning skipped")}
+    except OSError as exc:
+        raise AoeError(f"cannot write the skipped-operators log {path}: {exc.strerror or exc}") from None
 
 
 def _restore(tuner: _Tuner, states: Any) -> dict[str, Any]:

@@ -36,9 +36,19 @@ _VECTOR_AS = {
     "Greater": "Sub", "SquareSumV1": "ReduceSumD", "Square": "Mul", "OnesLike": "Cast", "ZerosLike": "Cast",
     "ClipByValue": "ClipByValue", "Pow": "Pow", "SplitV": "Split", "StridedSliceD": "Slice",
     "Relu6": "ClipByValue", "Relu6Grad": "ReluGrad", "Relu6D": "ClipByValue",
+    # same instruction count per repeat as the kernel named (see aoe/ops/README.md)
+    "LessEqual": "Sub", "GreaterEqual": "Sub", "NotEqual": "Sub", "LogicalXor": "Sub", "LogicalNot": "Abs",
+    "IsNan": "LeakyRelu", "IsInf": "LeakyRelu", "Selu": "Elu", "ReduceMinD": "ReduceMaxD",
+    "ReduceProdD": "ReduceMaxD", "ReduceSumSquare": "ReduceSumD", "ReduceL2": "ReduceSumD",
+    "LogSoftmaxV2": "SoftmaxV2", "InstanceNorm": "LayerNorm", "StridedSliceGrad": "Pad",
+    "ClipByValueGrad": "AbsGrad", "ReciprocalGrad": "SigmoidGrad", "RsqrtGrad": "SigmoidGrad", "CosGrad": "SinGrad",
+    "SeluGrad": "EluGrad", "LogSoftmaxGrad": "SoftmaxGrad", "BNInferGrad": "Mul", "SwishGrad": "SoftplusGrad",
+    "HardtanhGrad": "AbsGrad", "Expm1": "Exp", "Log1p": "Log", "FloorDiv": "FloorMod", "MaskedFill": "Select",
+    "ReduceAllD": "ReduceMaxD", "ReduceAnyD": "ReduceMaxD", "ReduceAll": "ReduceMaxD", "ReduceAny": "ReduceMaxD",
 }
+_RESIZE_OPS = ("ResizeNearestNeighborV2", "ResizeBilinearV2")
 _ROW_OPS = ("SoftmaxV2", "SoftmaxGrad", "LayerNorm", "LayerNormGrad", "ReduceSumD", "ReduceMeanD",
-            "ReduceMaxD", "BNTrainingReduce", "BNTrainingUpdateGrad")
+            "ReduceMaxD", "BNTrainingReduce", "BNTrainingUpdateGrad", "ArgMaxV2")
 
 
 class Unsupported(AoeError):
@@ -116,7 +126,7 @@ def describe(graph: Graph, op: Op) -> OpCase:
         _shape(graph, name)
     if op.type in ("MatMulV2", "MatMulV3", "BatchMatMulV2", "BatchMatMulV3", "MatMul", "BatchMatMul"):
         return _matmul_case(graph, op)
-    if op.type in ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "DepthwiseConv2D"):
+    if op.type in ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "DepthwiseConv2D", "Conv2DTranspose"):
         return _conv_case(graph, op)
     return _vector_case(graph, op)
 
@@ -214,6 +224,10 @@ def _conv_case(graph: Graph, op: Op) -> OpCase:
         w = _shape(graph, op.inputs[0])
         x = tuple(int(v) for v in attrs.get("input_size") or _shape(graph, op.outputs[0]))
         dtype_t = graph.tensors[op.inputs[1]].dtype
+    elif op.type == "Conv2DTranspose":  # inputs (x, filter[, bias]): the data gradient of a conv whose
+        # forward input is this op's output and whose weight (Cin, Cout/g, kh, kw) is the filter as given
+        w, x = _shape(graph, op.inputs[1]), _shape(graph, op.outputs[0])
+        dtype_t = graph.tensors[op.inputs[0]].dtype
     else:  # Conv2DBackpropFilter: inputs (x, out_backprop), attr filter_size
         x = _shape(graph, op.inputs[0])
         w = tuple(int(v) for v in attrs.get("filter_size") or _shape(graph, op.outputs[0]))
@@ -221,7 +235,7 @@ def _conv_case(graph: Graph, op: Op) -> OpCase:
     if len(x) != 4 or len(w) != 4:
         raise Unsupported(f"{op.type} with input {list(x)} and weight {list(w)} is not 2-D")
     dtype = _sim_dtype(dtype_t)
-    kind = "Conv2D" if op.type == "DepthwiseConv2D" else op.type
+    kind = {"DepthwiseConv2D": "Conv2D", "Conv2DTranspose": "Conv2DBackpropInput"}.get(op.type, op.type)
     base = Conv2D(x=x, weight=w, strides=strides, pads=pads, dilations=dil, groups=groups, dtype=dtype,
                   bias=bool(attrs.get("has_bias")), op_type=kind)  # type: ignore[arg-type]
     ho, wo = base.out_hw
@@ -261,7 +275,7 @@ def _vector_case(graph: Graph, op: Op) -> OpCase:
     if not ins:
         raise Unsupported(f"{op.type} has no inputs")
     main = max(ins + outs, key=lambda t: _prod(t.shape)) if name in ("Tile", "Pad", "Concat", "Gather") \
-        else max(ins, key=lambda t: _prod(t.shape))
+        else outs[0] if name in _RESIZE_OPS and outs else max(ins, key=lambda t: _prod(t.shape))
     shape = tuple(int(d) for d in main.shape) or (1,)
     if len(shape) > 8:
         raise Unsupported(f"{op.type} of rank {len(shape)} (> 8)")
@@ -271,9 +285,13 @@ def _vector_case(graph: Graph, op: Op) -> OpCase:
         axes = op.attrs.get("axes")
         if name in ("LayerNorm", "LayerNormGrad"):
             begin = int(op.attrs.get("begin_norm_axis", len(shape) - 1)) % len(shape)
+            if op.type == "InstanceNorm":
+                begin = 2  # per sample and channel over the spatial axes
             axes = list(range(begin, len(shape)))
         elif name in ("BNTrainingReduce", "BNTrainingUpdateGrad"):
             axes = [a for a in range(len(shape)) if a != 1] if len(shape) == 4 else [0]
+        elif name == "ArgMaxV2":
+            axes = [int(op.attrs.get("dimension", len(shape) - 1))]
         elif not axes:
             axes = [len(shape) - 1]
         kwargs["axes"] = tuple(int(a) % len(shape) for a in axes)
@@ -286,6 +304,13 @@ def _vector_case(graph: Graph, op: Op) -> OpCase:
         kwargs["strides"] = tuple(int(v) for v in op.attrs.get("strides", (1, 1))[-2:])
         if kwargs["ksize"][0] > shape[2] or kwargs["ksize"][1] > shape[3]:
             raise Unsupported(f"{op.type} window larger than its input")
+    if name == "LRN":
+        kwargs["ksize"] = (int(op.attrs.get("size") or 2 * int(op.attrs.get("depth_radius", 2)) + 1), 1)
+    if name in _RESIZE_OPS:
+        x_in = _shape(graph, op.inputs[0])
+        if len(x_in) != 4 or len(shape) != 4:
+            raise Unsupported(f"{op.type} of a rank-{len(x_in)} tensor (2-D resize of NCHW is modelled)")
+        kwargs["ksize"] = (int(x_in[2]), int(x_in[3]))
     if name == "Cast":
         out_dtype = _sim_dtype(outs[0].dtype) if outs else dtype
         kwargs["out_dtype"] = out_dtype

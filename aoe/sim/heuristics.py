@@ -142,8 +142,9 @@ def default_vector(soc: Soc, op: VectorOp, allowed_impls: set[int] | None = None
         rows = max(1, elems // max(1, row_len))
     units = rows if op.axes else _cdiv(elems, align)
     impl = 0
+    # (a row shorter than two 32 B blocks has nothing to split: impl 1 needs a block per core)
     if (op.op_type.startswith("Reduce") and rows < soc.vector_cores and op.impls > 1
-            and (allowed_impls is None or 1 in allowed_impls)):
+            and row_len >= 2 * align and (allowed_impls is None or 1 in allowed_impls)):
         impl = 1  # too few rows to keep the cores busy: split rows and accumulate atomically
         units = max(1, min(soc.vector_cores, _cdiv(row_len, align)))
     block = max(1, min(soc.vector_cores, units))
@@ -235,6 +236,22 @@ def default_conv(soc: Soc, op: Conv2D) -> dict[str, int]:
                               n_l0_c, pbuf, 0])
     reasons = _valid(soc, op, cands) if cands else np.array([_sim.REASONS.index("inconsistent")])
     for cand, r in zip(cands, reasons):
+        if r == 0:
+            return dict(zip(CONV_FIELDS, (int(v) for v in cand)))
+    # Fallback for shapes the blocks above do not fit (a prime output width leaves 1-pixel L0 rows
+    # that the L1 block cannot step over; a 16x16 patch-embedding kernel overflows L1 with whole rows):
+    # smaller L1/L0 pixel blocks, then the narrowest N block, the way CANN shrinks its tiling.
+    small = []
+    for ho_b in (4, 2, 1):
+        for wo_b in sorted({_divisor_at_most(out_w, lim) for lim in (64, 16, 8)} | {min(out_w, 16)}, reverse=True):
+            if ho_b > ho_core or wo_b > out_w:
+                continue
+            for c in cands[::4]:
+                for n_l0_f in sorted({c[11], 16}, reverse=True):
+                    for pbuf in (31, 0):
+                        small.append([*c[:4], ho_b, wo_b, *c[6:8], ho_b, wo_b, c[10], n_l0_f, pbuf, 0])
+    reasons2 = _valid(soc, op, small) if small else np.array([], dtype=np.int64)
+    for cand, r in zip(small, reasons2):
         if r == 0:
             return dict(zip(CONV_FIELDS, (int(v) for v in cand)))
     raise AssertionError(f"no valid default conv tiling for {op} ({_sim.REASONS[int(reasons[0])]})")

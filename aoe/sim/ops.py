@@ -37,7 +37,12 @@ VECTOR_ALIASES = {"AddV2": "Add", "Div": "RealDiv", "ReduceSum": "ReduceSumD", "
                   "Minimum": "Minimum", "ClipByValueV2": "ClipByValue", "SelectV2": "Select", "Where": "Select",
                   "TileD": "Tile", "BroadcastTo": "Tile", "Expand": "Tile", "Square": "Mul",
                   "PowD": "Pow", "LayerNormV3": "LayerNorm", "LayerNormV4": "LayerNorm", "FastGelu": "Gelu",
-                  "FastGeluGrad": "GeluGrad", "Reciprocal": "RealDiv", "Adam": "ApplyAdamD", "ApplyAdam": "ApplyAdamD"}
+                  "FastGeluGrad": "GeluGrad", "Reciprocal": "RealDiv", "Adam": "ApplyAdamD", "ApplyAdam": "ApplyAdamD",
+                  "BatchNorm": "BNInfer", "BatchNormInference": "BNInfer", "HardSwishD": "HardSwish",
+                  "HardSigmoidD": "HardSigmoid", "SiLU": "Swish", "Silu": "Swish", "Cos": "Sin",
+                  "Ceil": "Floor", "Round": "Floor", "ArgMin": "ArgMaxV2", "ArgMaxD": "ArgMaxV2",
+                  "ArgMinD": "ArgMaxV2", "ResizeNearestNeighbor": "ResizeNearestNeighborV2",
+                  "ResizeBilinear": "ResizeBilinearV2"}
 
 MAX_DIM = 1 << 31
 
@@ -124,7 +129,8 @@ class VectorOp:
 
     `axes` are the reduced / normalised axes of row operators (Softmax, LayerNorm, Reduce*),
     `broadcast` the axes along which the second input has size 1, `perm` a Transpose permutation,
-    `src_format`/`dst_format` a TransData conversion, `ksize`/`strides` a pooling window.
+    `src_format`/`dst_format` a TransData conversion, `ksize`/`strides` a pooling window (LRN: ksize[0]
+    is the channel window; Resize: `shape` is the output and ksize the input height and width).
     """
 
     op_type: str
@@ -171,7 +177,7 @@ class VectorOp:
             if sorted(perm) != list(range(rank)):
                 raise AoeError(f"Transpose perm {perm} is not a permutation of {rank} axes")
             object.__setattr__(self, "perm", perm)
-        if name in ("SoftmaxV2", "SoftmaxGrad", "LayerNorm", "LayerNormGrad") and not self.axes:
+        if name in ("SoftmaxV2", "SoftmaxGrad", "LayerNorm", "LayerNormGrad", "ArgMaxV2") and not self.axes:
             object.__setattr__(self, "axes", (rank - 1,))
         _check_native(self.kind, self.params(), f"{name} {list(shape)}")
 
@@ -189,6 +195,10 @@ class VectorOp:
             p[1] = FORMATS.get(self.dst_format.upper(), -1)
         elif self.op_type == "Gemv":
             p[0] = int(self.ksize[0])  # rows of A
+        elif self.op_type == "LRN":
+            p[0] = int(self.ksize[0])  # window size (channels)
+        elif self.op_type in ("ResizeNearestNeighborV2", "ResizeBilinearV2"):
+            p[0], p[1] = int(self.ksize[0]), int(self.ksize[1])  # input height and width
         elif self.op_type in ("MaxPool", "AvgPool", "MaxPoolGrad", "AvgPoolGrad", "DepthwiseConv2D"):
             p = [int(self.ksize[0]), int(self.ksize[1]), int(self.strides[0]), int(self.strides[1])]
         in_fmt = FORMATS.get(self.in_format.upper(), FORMATS["ND"])

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 def read_initializers(imp: _Importer, g: Any) -> None:
     """Record every initializer's shape and dtype; float weights in weight slots are trained parameters."""
     weight_slots: set[str] = set()
+    const_slots: set[str] = set()
     for node in g.node:
         t = node.op_type
         if t in ("Gemm", "Conv", "ConvTranspose", "MatMul", "LayerNormalization", "PRelu"):
@@ -24,6 +25,8 @@ def read_initializers(imp: _Importer, g: Any) -> None:
             weight_slots.update(onnx_str(x) for x in node.input[1:3])
         elif t == "Gather" and node.input:
             weight_slots.add(onnx_str(node.input[0]))
+        elif t in ("Resize", "Upsample"):
+            const_slots.update(onnx_str(x) for x in node.input[1:])  # roi, scales, sizes: never trained
     for init in g.initializer:
         name = onnx_str(init.name)
         if name in imp.shape:
@@ -33,7 +36,7 @@ def read_initializers(imp: _Importer, g: Any) -> None:
         imp.shape[name] = shape
         imp.dtype[name] = dtype
         numel = math.prod(shape)
-        trainable = dtype in FLOAT_DTYPES and (numel > 1 or name in weight_slots)
+        trainable = dtype in FLOAT_DTYPES and (numel > 1 or name in weight_slots) and name not in const_slots
         imp.kind[name] = "param" if trainable else "const"
         imp.init_protos[name] = init
 

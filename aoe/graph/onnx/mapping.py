@@ -129,6 +129,43 @@ def _h_batchnorm(imp: _Importer, node: Node) -> None:
                                     "momentum": node.attr_float("momentum", 0.9)})
 
 
+def _h_lrn(imp: _Importer, node: Node) -> None:
+    size = node.attr_int("size", 0)
+    if size < 1:
+        raise AoeError(f"node {node.name!r} (LRN) needs a positive size attribute")
+    # CANN's LRN takes the window as a radius; an even ONNX size is rounded up to the odd window
+    imp.emit(node, "LRN", [node.inputs[0]], {"depth_radius": size // 2, "size": size,
+                                             "alpha": node.attr_float("alpha", 1e-4),
+                                             "beta": node.attr_float("beta", 0.75),
+                                             "bias": node.attr_float("bias", 1.0)})
+
+
+def _h_instancenorm(imp: _Importer, node: Node) -> None:
+    x = imp.shape[node.inputs[0]]
+    if len(x) < 3:
+        raise AoeError(f"node {node.name!r} (InstanceNormalization) needs an input of rank >= 3")
+    imp.has_conv = imp.has_conv or len(x) == 4
+    imp.emit(node, "InstanceNorm", _data_inputs(node), {"epsilon": node.attr_float("epsilon", 1e-5)})
+
+
+def _h_resize(imp: _Importer, node: Node) -> None:
+    x = imp.shape[node.inputs[0]]
+    (shape, _), = imp.infer(node)
+    mode = node.attr_str("mode", "nearest")
+    if len(x) != 4 or shape[:2] != x[:2]:
+        raise Unsupported(f"{node.op_type} other than over H and W of an NCHW tensor")
+    if mode not in ("nearest", "linear"):
+        raise Unsupported(f"{node.op_type} mode {mode!r} (nearest and linear are mapped)")
+    if shape == x:
+        imp.emit(node, "Identity", [node.inputs[0]], {"view": True})
+        return
+    attrs: dict[str, Any] = {"size": [int(shape[2]), int(shape[3])], "mode": mode,
+                             "coordinate_transformation_mode": node.attr_str("coordinate_transformation_mode",
+                                                                             "half_pixel")}
+    imp.emit(node, "ResizeNearestNeighborV2" if mode == "nearest" else "ResizeBilinearV2",
+             [node.inputs[0]], attrs)
+
+
 def _h_layernorm(imp: _Importer, node: Node) -> None:
     x = imp.shape[node.inputs[0]]
     axis = norm_axis(node.attr_int("axis", -1), len(x), node)
@@ -284,7 +321,8 @@ HANDLERS: dict[str, Handler] = {
     "MatMul": _h_matmul, "Gemm": _h_gemm, "Conv": _h_conv, "ConvTranspose": _h_conv,
     "MaxPool": _h_pool, "AveragePool": _h_pool, "GlobalAveragePool": _h_global_pool,
     "GlobalMaxPool": _h_global_pool, "BatchNormalization": _h_batchnorm,
-    "LayerNormalization": _h_layernorm, "Softmax": _h_softmax, "LogSoftmax": _h_softmax,
+    "LayerNormalization": _h_layernorm, "LRN": _h_lrn, "InstanceNormalization": _h_instancenorm,
+    "Resize": _h_resize, "Upsample": _h_resize, "Softmax": _h_softmax, "LogSoftmax": _h_softmax,
     **{k: _h_reduce for k in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd")},
     "ArgMax": _h_argreduce, "ArgMin": _h_argreduce, "Transpose": _h_transpose,
     **{k: _h_view for k in VIEWS}, "Concat": _h_concat, "Split": _h_split, "Slice": _h_slice,

@@ -347,6 +347,30 @@ def _r_topk(imp: _Importer, node: Node):
     return [(out, _dt(imp, node)), (out, "int64")]
 
 
+def _r_resize(imp: _Importer, node: Node):
+    """Resize (sizes at input 3, else scales at input 2) and the older Upsample (scales at input 1)."""
+    x = _in(imp, node, 0)
+    what = f"node {node.name!r} ({node.op_type})"
+    if node.op_type == "Resize" and len(node.inputs) > 3 and node.inputs[3]:
+        sizes = imp.ints_of(node, 3, "", "Resize sizes") or []
+        if node.attr_ints("axes") is not None or len(sizes) != len(x):
+            raise Unsupported("Resize with axes or sizes of another rank")
+        out = tuple(int(v) for v in sizes)
+    else:
+        idx = 1 if node.op_type == "Upsample" else 2
+        scales = node.attrs.get("scales") if node.op_type == "Upsample" else None
+        if scales is None:
+            if idx >= len(node.inputs) or not node.inputs[idx]:
+                raise Unsupported(f"{node.op_type} without scales or sizes")
+            scales = [float(v) for v in imp.need_value(node, node.inputs[idx], "scales").reshape(-1).tolist()]
+        if node.attr_ints("axes") is not None or len(scales) != len(x):
+            raise Unsupported(f"{node.op_type} with axes or scales of another rank")
+        out = tuple(int(math.floor(d * float(f))) for d, f in zip(x, scales))
+    if any(d < 1 for d in out):
+        raise AoeError(f"{what}: output shape {list(out)} has an empty dimension")
+    return [(out, _dt(imp, node))]
+
+
 def _r_size(imp: _Importer, node: Node):
     return [((), "int64")]
 
@@ -372,4 +396,5 @@ SHAPE_RULES: dict[str, Rule] = {
     "GatherElements": _r_gather_elements, "Pad": _r_pad, "Cast": _r_cast, "CastLike": _r_castlike,
     "Expand": _r_expand, "Tile": _r_tile, "Shape": _r_shape, "Size": _r_size,
     "ConstantOfShape": _r_constant_of_shape, "Range": _r_range, "Constant": _r_constant, "TopK": _r_topk,
+    "Resize": _r_resize, "Upsample": _r_resize,
 }
