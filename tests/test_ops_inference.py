@@ -119,6 +119,31 @@ def test_resize_output_is_its_main_shape_and_lrn_takes_its_window(tmp_path: Path
     assert deconv.op_type == "Conv2DBackpropInput" and deconv.x == (1, 16, 64, 64) and deconv.weight == (32, 16, 2, 2)
 
 
+@pytest.mark.parametrize("soc", SOCS)
+def test_block_rearrangements_and_group_norm(tmp_path: Path, soc: str) -> None:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    z = [numpy_helper.from_array(np.zeros([16], np.float32), n) for n in ("gs", "gb")]
+    nodes = [helper.make_node("SpaceToDepth", ["x"], ["s"], blocksize=2, name="s2d"),
+             helper.make_node("DepthToSpace", ["s"], ["d"], blocksize=2, mode="DCR", name="dcr"),
+             helper.make_node("DepthToSpace", ["d"], ["c"], blocksize=2, mode="CRD", name="crd"),
+             helper.make_node("GroupNormalization", ["c", "gs", "gb"], ["y"], num_groups=4, name="gn")]
+    g = helper.make_graph(nodes, "blocks", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 32, 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], z)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), tmp_path / "b.onnx")
+    graph = aoe.graph.load(str(tmp_path / "b.onnx"))
+    ops = {op.name: op for op in graph.ops}
+    assert graph.tensors[ops["crd"].outputs[0]].shape == (1, 16, 64, 64)
+    views = {n: describe(graph, ops[n]).default.sim_op for n in ops}
+    assert (views["s2d"].shape, views["s2d"].perm) == ((1, 64, 16, 2, 16, 2), (0, 3, 5, 1, 2, 4))
+    assert (views["dcr"].shape, views["dcr"].perm) == ((1, 2, 2, 64, 16, 16), (0, 3, 4, 1, 5, 2))
+    assert (views["crd"].shape, views["crd"].perm) == ((1, 16, 2, 2, 32, 32), (0, 1, 4, 2, 5, 3))
+    assert (views["gn"].op_type, views["gn"].shape, views["gn"].axes) == ("LayerNorm", (1, 4, 16384), (2,))
+    priced, skipped = apply_bank(graph, soc, None, builtin=False)
+    assert skipped == [] and all(math.isfinite(o.default_us) and o.default_us > 0 for o in priced)
+
+
 def test_conv_bninfer_relu_chain_is_priced_end_to_end(tmp_path: Path) -> None:
     import onnx
     from onnx import TensorProto, helper, numpy_helper

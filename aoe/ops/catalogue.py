@@ -40,7 +40,8 @@ _VECTOR_AS = {
     "LessEqual": "Sub", "GreaterEqual": "Sub", "NotEqual": "Sub", "LogicalXor": "Sub", "LogicalNot": "Abs",
     "IsNan": "LeakyRelu", "IsInf": "LeakyRelu", "Selu": "Elu", "ReduceMinD": "ReduceMaxD",
     "ReduceProdD": "ReduceMaxD", "ReduceSumSquare": "ReduceSumD", "ReduceL2": "ReduceSumD",
-    "LogSoftmaxV2": "SoftmaxV2", "InstanceNorm": "LayerNorm", "StridedSliceGrad": "Pad",
+    "LogSoftmaxV2": "SoftmaxV2", "InstanceNorm": "LayerNorm", "GroupNorm": "LayerNorm", "StridedSliceGrad": "Pad",
+    "DepthToSpace": "Transpose", "SpaceToDepth": "Transpose",
     "ClipByValueGrad": "AbsGrad", "ReciprocalGrad": "SigmoidGrad", "RsqrtGrad": "SigmoidGrad", "CosGrad": "SinGrad",
     "SeluGrad": "EluGrad", "LogSoftmaxGrad": "SoftmaxGrad", "BNInferGrad": "Mul", "SwishGrad": "SoftplusGrad",
     "HardtanhGrad": "AbsGrad", "Expm1": "Exp", "Log1p": "Log", "FloorDiv": "FloorMod", "MaskedFill": "Select",
@@ -277,6 +278,8 @@ def _vector_case(graph: Graph, op: Op) -> OpCase:
     main = max(ins + outs, key=lambda t: _prod(t.shape)) if name in ("Tile", "Pad", "Concat", "Gather") \
         else outs[0] if name in _RESIZE_OPS and outs else max(ins, key=lambda t: _prod(t.shape))
     shape = tuple(int(d) for d in main.shape) or (1,)
+    if op.type in _REGROUPED:
+        shape = _REGROUPED[op.type](shape, op.attrs)
     if len(shape) > 8:
         raise Unsupported(f"{op.type} of rank {len(shape)} (> 8)")
     dtype = _sim_dtype(main.dtype)
@@ -285,8 +288,8 @@ def _vector_case(graph: Graph, op: Op) -> OpCase:
         axes = op.attrs.get("axes")
         if name in ("LayerNorm", "LayerNormGrad"):
             begin = int(op.attrs.get("begin_norm_axis", len(shape) - 1)) % len(shape)
-            if op.type == "InstanceNorm":
-                begin = 2  # per sample and channel over the spatial axes
+            if op.type in ("InstanceNorm", "GroupNorm"):
+                begin = 2  # per sample and channel (group) over the rest
             axes = list(range(begin, len(shape)))
         elif name in ("BNTrainingReduce", "BNTrainingUpdateGrad"):
             axes = [a for a in range(len(shape)) if a != 1] if len(shape) == 4 else [0]
@@ -296,7 +299,8 @@ def _vector_case(graph: Graph, op: Op) -> OpCase:
             axes = [len(shape) - 1]
         kwargs["axes"] = tuple(int(a) % len(shape) for a in axes)
     if name == "Transpose":
-        kwargs["perm"] = tuple(int(p) for p in op.attrs.get("perm", range(len(shape) - 1, -1, -1)))
+        kwargs["perm"] = _REGROUP_PERM[op.type](op.attrs) if op.type in _REGROUP_PERM else \
+            tuple(int(p) for p in op.attrs.get("perm", range(len(shape) - 1, -1, -1)))
     if name in ("MaxPool", "AvgPool", "MaxPoolGrad", "AvgPoolGrad"):
         if len(shape) != 4:
             raise Unsupported(f"{op.type} on a rank-{len(shape)} tensor")
@@ -529,6 +533,41 @@ def _cube_formats(graph: Graph, op: Op, base: VectorOp, shape: tuple[int, ...],
     default = Variant("ND", base, cube_edges=edge("ND"))
     nz = Variant("NZ", nz_op, extra_ops=tuple(extra), cube_edges=edge(_NZ), knowledge={"formats": [_NZ]})
     return default, nz, marker
+
+
+def _group_shape(shape: tuple[int, ...], attrs: dict[str, Any]) -> tuple[int, ...]:
+    """GroupNorm normalises [N, G, C/G * spatial]: the LayerNorm kernel over axis 2 of that view."""
+    g = int(attrs.get("num_groups", 1))
+    if len(shape) < 3 or g < 1 or shape[1] % g:
+        raise Unsupported(f"GroupNorm of {list(shape)} with {g} groups")
+    return (shape[0], g, _prod(shape[1:]) // g)
+
+
+def _block_shape(shape: tuple[int, ...], attrs: dict[str, Any], to_space: bool, crd: bool) -> tuple[int, ...]:
+    """The 6-D view a DepthToSpace / SpaceToDepth transposes (its input's dimensions split by the block)."""
+    b = int(attrs.get("block_size", 0))
+    if len(shape) != 4 or b < 1:
+        raise Unsupported(f"block rearrangement of {list(shape)} with block size {b}")
+    n, c, h, w = shape
+    if to_space:
+        if c % (b * b):
+            raise Unsupported(f"DepthToSpace of {c} channels with block {b}")
+        return (n, c // (b * b), b, b, h, w) if crd else (n, b, b, c // (b * b), h, w)
+    if h % b or w % b:
+        raise Unsupported(f"SpaceToDepth of {h}x{w} with block {b}")
+    return (n, c, h // b, b, w // b, b)
+
+
+# IR types priced as a kernel over another view of their input, and the Transpose of that view
+_REGROUPED = {
+    "GroupNorm": _group_shape,
+    "DepthToSpace": lambda s, a: _block_shape(s, a, True, a.get("mode") == "CRD"),
+    "SpaceToDepth": lambda s, a: _block_shape(s, a, False, False),
+}
+_REGROUP_PERM = {
+    "DepthToSpace": lambda a: (0, 1, 4, 2, 5, 3) if a.get("mode") == "CRD" else (0, 3, 4, 1, 5, 2),
+    "SpaceToDepth": lambda a: (0, 3, 5, 1, 2, 4),
+}
 
 
 def _out_shape(outs: list[Any], fallback: tuple[int, ...]) -> tuple[int, ...]:

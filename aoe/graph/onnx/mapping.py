@@ -148,6 +148,27 @@ def _h_instancenorm(imp: _Importer, node: Node) -> None:
     imp.emit(node, "InstanceNorm", _data_inputs(node), {"epsilon": node.attr_float("epsilon", 1e-5)})
 
 
+def _h_groupnorm(imp: _Importer, node: Node) -> None:
+    x = imp.shape[node.inputs[0]]
+    groups = node.attr_int("num_groups", 0)
+    if len(x) < 3 or groups < 1 or x[1] % groups:
+        raise AoeError(f"node {node.name!r} (GroupNormalization) needs rank >= 3 and channels divisible by "
+                       f"num_groups, got {list(x)} and {groups}")
+    imp.has_conv = imp.has_conv or len(x) == 4
+    imp.emit(node, "GroupNorm", _data_inputs(node), {"num_groups": groups,
+                                                    "epsilon": node.attr_float("epsilon", 1e-5)})
+
+
+def _h_depth_space(imp: _Importer, node: Node) -> None:
+    attrs: dict[str, Any] = {"block_size": node.attr_int("blocksize", 0)}
+    if node.op_type == "DepthToSpace":
+        attrs["mode"] = node.attr_str("mode", "DCR")
+        if attrs["mode"] not in ("DCR", "CRD"):
+            raise AoeError(f"node {node.name!r} (DepthToSpace): mode must be DCR or CRD")
+    imp.has_conv = True
+    imp.emit(node, node.op_type, [node.inputs[0]], attrs)
+
+
 def _h_resize(imp: _Importer, node: Node) -> None:
     x = imp.shape[node.inputs[0]]
     (shape, _), = imp.infer(node)
@@ -322,7 +343,8 @@ HANDLERS: dict[str, Handler] = {
     "MaxPool": _h_pool, "AveragePool": _h_pool, "GlobalAveragePool": _h_global_pool,
     "GlobalMaxPool": _h_global_pool, "BatchNormalization": _h_batchnorm,
     "LayerNormalization": _h_layernorm, "LRN": _h_lrn, "InstanceNormalization": _h_instancenorm,
-    "Resize": _h_resize, "Upsample": _h_resize, "Softmax": _h_softmax, "LogSoftmax": _h_softmax,
+    "Resize": _h_resize, "Upsample": _h_resize, "GroupNormalization": _h_groupnorm,
+    "DepthToSpace": _h_depth_space, "SpaceToDepth": _h_depth_space, "Softmax": _h_softmax, "LogSoftmax": _h_softmax,
     **{k: _h_reduce for k in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd")},
     "ArgMax": _h_argreduce, "ArgMin": _h_argreduce, "Transpose": _h_transpose,
     **{k: _h_view for k in VIEWS}, "Concat": _h_concat, "Split": _h_split, "Slice": _h_slice,

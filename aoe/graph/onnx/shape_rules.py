@@ -371,6 +371,23 @@ def _r_resize(imp: _Importer, node: Node):
     return [(out, _dt(imp, node))]
 
 
+def _r_depth_space(imp: _Importer, node: Node):
+    """DepthToSpace: [N, C, H, W] -> [N, C/b^2, H*b, W*b]; SpaceToDepth the inverse."""
+    x = _in(imp, node, 0)
+    b = node.attr_int("blocksize", 0)
+    what = f"node {node.name!r} ({node.op_type})"
+    if len(x) != 4 or b < 1:
+        raise AoeError(f"{what}: needs a rank-4 input and a positive blocksize")
+    n, c, h, w = x
+    if node.op_type == "DepthToSpace":
+        if c % (b * b):
+            raise AoeError(f"{what}: channels {c} are not a multiple of blocksize^2 = {b * b}")
+        return [((n, c // (b * b), h * b, w * b), _dt(imp, node))]
+    if h % b or w % b:
+        raise AoeError(f"{what}: height {h} and width {w} must be multiples of blocksize {b}")
+    return [((n, c * b * b, h // b, w // b), _dt(imp, node))]
+
+
 def _r_size(imp: _Importer, node: Node):
     return [((), "int64")]
 
@@ -396,5 +413,6 @@ SHAPE_RULES: dict[str, Rule] = {
     "GatherElements": _r_gather_elements, "Pad": _r_pad, "Cast": _r_cast, "CastLike": _r_castlike,
     "Expand": _r_expand, "Tile": _r_tile, "Shape": _r_shape, "Size": _r_size,
     "ConstantOfShape": _r_constant_of_shape, "Range": _r_range, "Constant": _r_constant, "TopK": _r_topk,
-    "Resize": _r_resize, "Upsample": _r_resize,
+    "Resize": _r_resize, "Upsample": _r_resize, "DepthToSpace": _r_depth_space, "SpaceToDepth": _r_depth_space,
+    "GroupNormalization": _r_same,
 }
