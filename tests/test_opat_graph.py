@@ -163,6 +163,18 @@ def test_parallel_workers_give_the_serial_result(tmp_path):
     assert _bank_items(tmp_path / "a") == _bank_items(tmp_path / "b")
 
 
+def test_workers_tune_a_what_if_soc_as_given():
+    """A SoC changed in memory reaches the worker processes; they must not reload the shipped file."""
+    g = small_opat_graph()
+    slow_hbm = SOC.replace(hbm_gbps=SOC.hbm_gbps / 8)
+    cfg = dataclasses.replace(NO_BUILTIN, budget=Budget(evaluations=2000))
+    serial = tune_graph(g, slow_hbm, None, cfg)
+    parallel = tune_graph(g, slow_hbm, None, dataclasses.replace(cfg, workers=2))
+    shipped = tune_graph(g, SOC, None, cfg)
+    assert [r.after_us for r in parallel.records] == [r.after_us for r in serial.records]
+    assert sum(r.after_us or 0 for r in parallel.records) > sum(r.after_us or 0 for r in shipped.records)
+
+
 # --- the tuner contract: events, stop, resume ------------------------------------------------------
 
 def test_events_start_once_then_one_case_done_per_case():

@@ -10,6 +10,7 @@ The run follows the one tuner contract of `aoe.tuning`: events in, a live `OpatR
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -54,10 +55,10 @@ class OpatConfig:
             raise AoeError(f"op_select_implmode must be one of {', '.join(IMPL_MODES)}, got {self.implmode!r}")
 
 
-def _tune_worker(args: tuple[OpCase, str, tuple[str, ...], Budget, str, int, int]) -> TuneResult | str:
-    case, soc_src, kinds, budget, implmode, seed, threads = args
+def _tune_worker(args: tuple[OpCase, Soc, tuple[str, ...], Budget, str, int, int]) -> TuneResult | str:
+    case, soc, kinds, budget, implmode, seed, threads = args
     try:
-        return tune_case(case, soc_src, kinds=kinds, budget=budget, implmode=implmode, seed=seed, threads=threads)
+        return tune_case(case, soc, kinds=kinds, budget=budget, implmode=implmode, seed=seed, threads=threads)
     except Exception as exc:  # noqa: BLE001 - one case failing must not stop the others
         return f"{type(exc).__name__}: {exc}"
 
@@ -178,8 +179,10 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
         finish(cid, case, entry, in_use, default_t, result)
 
     if pending_tune and not stopped:
-        soc_src = soc.source or soc.name
-        jobs = [(case, soc_src, tuple(cfg.kinds), budget, cfg.implmode, cfg.seed, cfg.threads)
+        # the SoC travels by value (its native twin is rebuilt in the worker), so a what-if SoC made with
+        # Soc.replace is tuned as given, not reloaded from its file
+        plain = dataclasses.replace(soc, _native=None)
+        jobs = [(case, plain, tuple(cfg.kinds), budget, cfg.implmode, cfg.seed, cfg.threads)
                 for _, case, _, _, _ in pending_tune]
         with ProcessPoolExecutor(max_workers=cfg.workers) as pool:
             # results come back in submission order, so the run is identical to a serial one
