@@ -224,8 +224,15 @@ class Backend:
 
 
 def _input_kinds(gm: Any, example_inputs: list[Any], torch: Any) -> list[str]:
-    """param / const / input for each dynamo graph input (parameters, buffers, user tensors)."""
-    kinds = []
+    """param / const / input for each input of AOTAutograd's forward graph.
+
+    AOTAutograd lifts the dynamo graph's own parameters and buffers (e.g. a compiled optimizer step's
+    parameters and state) to its first inputs, then come dynamo's inputs (a compiled module's
+    parameters, buffers and the user's tensors).
+    """
+    kinds = ["param" for _ in gm.named_parameters(remove_duplicate=False)]
+    # an optimizer's moments are persistent variables, trained state like parameters (as for ApplyAdamD)
+    kinds += ["param" if "state" in n else "const" for n, _ in gm.named_buffers(remove_duplicate=False)]
     places = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for i, ex in enumerate(example_inputs):
         if isinstance(ex, torch.nn.Parameter):
@@ -235,8 +242,9 @@ def _input_kinds(gm: Any, example_inputs: list[Any], torch: Any) -> list[str]:
         if i < len(places):
             ga = places[i].meta.get("grapharg")
             source = getattr(ga, "source", None)
+            name = getattr(source, "name", "") if source is not None else ""
             try:
-                src = source.name() if source is not None else ""
+                src = name() if callable(name) else str(name or "")   # a method before torch 2.8, then a property
             except Exception:  # a source kind without a name: treat as a user input
                 src = ""
             src = src or places[i].name
@@ -245,6 +253,6 @@ def _input_kinds(gm: Any, example_inputs: list[Any], torch: Any) -> list[str]:
 
 
 def _placeholder_kinds(fgm: Any, kinds: list[str]) -> dict[str, str]:
-    """AOTAutograd keeps the dynamo inputs in order as the first placeholders of the forward graph."""
+    """The forward graph's placeholders are AOTAutograd's inputs in order (see ``_input_kinds``)."""
     places = [n.name for n in fgm.graph.nodes if n.op == "placeholder"]
     return {p: kinds[i] for i, p in enumerate(places) if i < len(kinds)}

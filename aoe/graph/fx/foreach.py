@@ -3,7 +3,8 @@
 ``torch.optim`` updates all parameters with list operators (``_foreach_mul``, ``_foreach_addcmul``,
 ``_foreach_lerp``, ...). CANN runs one kernel per tensor, so each list operator becomes, per element,
 the elementwise CANN operators computing it (composites such as ``addcmul`` as their Mul/Add steps).
-``optimizer.recognise_adam`` later folds a recognised Adam step into ``ApplyAdamD`` per parameter.
+A recognised Adam step (``recognise_adam``: the foreach form torch.optim.Adam compiles to) becomes
+CANN's fused ``ApplyAdamD`` per parameter instead, as the graph compiler fuses it.
 """
 from __future__ import annotations
 
@@ -78,3 +79,80 @@ def r_foreach(cv: Converter, node: Any, a: dict) -> Any:
         finally:
             cv.elem = None
     return tuple(outs)
+
+
+# ---- Adam ------------------------------------------------------------------------------------------
+class AdamPlan:
+    """A recognised multi-tensor Adam step: parameter, moments and gradient per tensor, and its nodes."""
+
+    def __init__(self, update: Any, m_node: Any, v_node: Any, params: list, ms: list, vs: list, grads: list,
+                 skip: set[str]) -> None:
+        self.update, self.m_node, self.v_node = update, m_node, v_node
+        self.params, self.ms, self.vs, self.grads = params, ms, vs, grads
+        self.skip = skip
+
+
+def _list_of(arg: Any) -> list | None:
+    return list(arg) if isinstance(arg, (list, tuple)) else None
+
+
+def _producer(items: list) -> Any:
+    """The multi-output node a list of ``getitem`` nodes reads, if they all read the same one."""
+    import operator
+
+    srcs = {a.args[0] for a in items if getattr(a, "target", None) is operator.getitem}
+    return srcs.pop() if len(srcs) == 1 and all(getattr(a, "target", None) is operator.getitem for a in items) else None
+
+
+def recognise_adam(gm: Any) -> AdamPlan | None:
+    """torch.optim.Adam's foreach step in an FX graph -> the tensors of one ApplyAdamD per parameter.
+
+    The step's signature: ``params = addcdiv(params, m', denom)`` with ``m' = lerp(m, g)`` (or its
+    ``addcmul`` form) and ``v' = addcmul(v * beta2, g, g)``; every other ``_foreach_*`` operator of the
+    graph (step counts, bias corrections, the denominator) is part of that update.
+    """
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+    name = lambda n: getattr(n.target, "__name__", "")  # noqa: E731
+    for upd in (n for n in nodes if name(n).startswith("_foreach_addcdiv")):
+        params, m_new = _list_of(upd.args[0]), _list_of(upd.args[1])
+        if not params or not m_new or any(getattr(p, "op", "") != "placeholder" for p in params):
+            continue
+        m_node = _producer(m_new)
+        if m_node is None or not name(m_node).startswith(("_foreach_lerp", "_foreach_addcmul")):
+            continue
+        ms = _list_of(m_node.args[0])
+        v_node = next((n for n in nodes if name(n).startswith("_foreach_addcmul") and n is not m_node
+                       and len(n.args) > 2 and list(n.args[1]) == list(n.args[2])), None)
+        if v_node is None or ms is None:
+            continue
+        grads = _list_of(v_node.args[1])
+        mul = _producer(_list_of(v_node.args[0]) or [])
+        vs = _list_of(mul.args[0]) if mul is not None and name(mul).startswith("_foreach_mul") else None
+        if vs is None or not grads or not (len(params) == len(ms) == len(vs) == len(grads)):
+            continue
+        skip = {n.name for n in nodes if name(n).startswith("_foreach_") and n is not upd}
+        return AdamPlan(upd, m_node, v_node, params, ms, vs, grads, skip)
+    return None
+
+
+def emit_adam(cv: Converter, plan: AdamPlan) -> tuple:
+    """One ApplyAdamD per parameter at the update node; the moments' nodes read their outputs."""
+    import operator
+
+    scalars = [cv.new_tensor(f"adam/{k}", (), cv.compute_dtype, kind="const")
+               for k in ("beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon")]
+    news: list[tuple[Val, Val, Val]] = []
+    for i, (p, m, v, g) in enumerate(zip(plan.params, plan.ms, plan.vs, plan.grads)):
+        pv, mv, vv, gv = (cv.env.get(x.name) for x in (p, m, v, g))
+        if not all(isinstance(x, Val) for x in (pv, mv, vv, gv)):
+            raise NotMapped("Adam step on values that are not tensors")
+        outs = [cv.like(f"{t.name}/updated", t.name) for t in (pv, mv, vv)]
+        cv.emit(f"{plan.update.name}/{i}", "ApplyAdamD", [pv.name, mv.name, vv.name, *scalars, cv.mat(gv)], outs,
+                {"use_locking": False, "use_nesterov": False})
+        news.append(tuple(Val(o) for o in outs))  # type: ignore[arg-type]
+    for node, k in ((plan.m_node, 1), (plan.v_node, 2)):
+        cv.env[node.name] = tuple(n[k] for n in news)
+        for u in node.users:
+            if u.target is operator.getitem:
+                cv.env[u.name] = news[u.args[1]][k]
+    return tuple(n[0] for n in news)
