@@ -145,6 +145,14 @@ const VopSpec kVops[] = {
     {"AbsGrad",          C_ELT,      2, 1, 0, 1, {4, 0, 0},          4, 0, {1, 0, 0}, 1},  // Sign, mul
     {"LeakyReluGrad",    C_ELT,      2, 1, 0, 1, {3, 0, 0},          3, 0, {1, 0, 0}, 1},  // cmp, muls, sel
     {"SqrtGrad",         C_ELT,      2, 1, 0, 1, {5, 0, 0},          2, 0, {1, 0, 0}, 1},  // div, muls
+    // LRNGrad (inputs dy, x, y): the forward's normaliser recomputed (13 repeats), dy * y / norm summed
+    // over the same window (2 per offset) and the two terms combined (3): 16 + 2 x window size.
+    {"LRNGrad",          C_ELT,      3, 1, 0, 3, {14, 0, 0},         8, 0, {1, 0, 0}, 1, false, 0, 2},
+    // Binary gradients (inputs dy, a, b; outputs da, db at full size; a broadcast db is then reduced
+    // by a ReduceSum the graph carries): MaximumGrad/MinimumGrad compare and select twice (3),
+    // PReluGrad compares, selects and multiplies twice (4).
+    {"MaximumGrad",      C_ELT,      3, 2, 0, 1, {3, 0, 0},          3, 0, {1, 0, 0}, 1},
+    {"PReluGrad",        C_ELT,      3, 2, 0, 1, {4, 0, 0},          4, 0, {1, 0, 0}, 1},
 };
 constexpr int kNumVops = int(sizeof(kVops) / sizeof(kVops[0]));
 

@@ -28,7 +28,8 @@ def _ops(shape: tuple[int, ...]) -> list[VectorOp]:
            VectorOp("ResizeNearestNeighborV2", (n, c, 2 * h, 2 * w), ksize=(h, w)),
            VectorOp("ResizeBilinearV2", (n, c, 2 * h, 2 * w), ksize=(h, w)),
            VectorOp("ArgMaxV2", (n * 1024, 1000), axes=(1,))]
-    out += [VectorOp(t, shape) for t in UNARY + BINARY]
+    out += [VectorOp(t, shape) for t in UNARY + BINARY + ("MaximumGrad", "PReluGrad")]
+    out.append(VectorOp("LRNGrad", shape, ksize=(5, 1)))
     return out
 
 
@@ -109,6 +110,25 @@ def test_cnn_layer_patterns_are_all_priced(tmp_path: Path, soc: str) -> None:
     assert unmodelled(graph) == []
 
 
+@pytest.mark.parametrize("model", ["patterns", "blocks"])
+def test_training_graphs_of_the_patterns_are_complete_and_priced(tmp_path: Path, model: str) -> None:
+    if model == "patterns":
+        path = _patterns(tmp_path / "p.onnx")
+    else:
+        path = _blocks(tmp_path / "b.onnx")
+    graph = aoe.graph.load(str(path), training=True)
+    assert graph.unsupported == []          # every forward operator has a gradient rule
+    grads = {op.type for op in graph.ops}
+    if model == "patterns":
+        assert {"LRNGrad", "ResizeNearestNeighborV2Grad", "ResizeBilinearV2Grad", "InstanceNormGrad",
+                "HardSwishGrad", "HardSigmoidGrad", "SoftplusGrad", "BNTrainingUpdateGrad"} <= grads
+    else:
+        assert {"GroupNormGrad", "DepthToSpace", "SpaceToDepth"} <= grads
+    for soc in SOCS:
+        priced, skipped = apply_bank(graph, soc, None, builtin=False)
+        assert skipped == [] and all(math.isfinite(o.default_us) and o.default_us > 0 for o in priced)
+
+
 def test_resize_output_is_its_main_shape_and_lrn_takes_its_window(tmp_path: Path) -> None:
     graph = aoe.graph.load(str(_patterns(tmp_path / "p.onnx")))
     by_name = {op.name: op for op in graph.ops}
@@ -119,20 +139,27 @@ def test_resize_output_is_its_main_shape_and_lrn_takes_its_window(tmp_path: Path
     assert deconv.op_type == "Conv2DBackpropInput" and deconv.x == (1, 16, 64, 64) and deconv.weight == (32, 16, 2, 2)
 
 
-@pytest.mark.parametrize("soc", SOCS)
-def test_block_rearrangements_and_group_norm(tmp_path: Path, soc: str) -> None:
+def _blocks(path: Path) -> Path:
+    """SpaceToDepth, DepthToSpace (DCR, CRD) and GroupNormalization after a conv (so x needs a gradient)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    z = [numpy_helper.from_array(np.zeros([16], np.float32), n) for n in ("gs", "gb")]
-    nodes = [helper.make_node("SpaceToDepth", ["x"], ["s"], blocksize=2, name="s2d"),
+    z = [numpy_helper.from_array(np.zeros(s, np.float32), n) for n, s in
+         (("gs", [16]), ("gb", [16]), ("w", [64, 64, 1, 1]))]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["cv"], name="conv"),
+             helper.make_node("SpaceToDepth", ["cv"], ["s"], blocksize=2, name="s2d"),
              helper.make_node("DepthToSpace", ["s"], ["d"], blocksize=2, mode="DCR", name="dcr"),
              helper.make_node("DepthToSpace", ["d"], ["c"], blocksize=2, mode="CRD", name="crd"),
              helper.make_node("GroupNormalization", ["c", "gs", "gb"], ["y"], num_groups=4, name="gn")]
     g = helper.make_graph(nodes, "blocks", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 32, 32])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], z)
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), tmp_path / "b.onnx")
-    graph = aoe.graph.load(str(tmp_path / "b.onnx"))
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), path)
+    return path
+
+
+@pytest.mark.parametrize("soc", SOCS)
+def test_block_rearrangements_and_group_norm(tmp_path: Path, soc: str) -> None:
+    graph = aoe.graph.load(str(_blocks(tmp_path / "b.onnx")))
     ops = {op.name: op for op in graph.ops}
     assert graph.tensors[ops["crd"].outputs[0]].shape == (1, 16, 64, 64)
     views = {n: describe(graph, ops[n]).default.sim_op for n in ops}

@@ -307,7 +307,9 @@ def _unary(grad_type: str, inputs: Callable[[Op, str], list[str]]) -> GradRule:
     def rule(b: _Builder, op: Op, gys: list, needs: set) -> dict:
         x = op.inputs[0]
         dx = _grad_of(b, x)
-        attrs = {k: v for k, v in op.attrs.items() if k in ("approximate", "alpha", "min", "max", "axes")}
+        attrs = {k: v for k, v in op.attrs.items()
+                 if k in ("approximate", "alpha", "min", "max", "axes", "depth_radius", "size", "beta", "bias",
+                          "block_size")}
         b.emit(f"{op.name}/grad", grad_type, inputs(op, gys[0]), [dx], attrs)
         return {x: dx}
     return rule
@@ -434,6 +436,15 @@ def g_layernorm(b: _Builder, op: Op, gys: list, needs: set) -> dict:
     if beta is not None:
         res[beta] = outs[2]
     return res
+
+
+def g_instance_norm(b: _Builder, op: Op, gys: list, needs: set) -> dict:
+    """InstanceNorm / GroupNorm: dx (the statistics recomputed from x) and the per-channel scale and bias grads."""
+    x, params = op.inputs[0], op.inputs[1:3]
+    outs = [_grad_of(b, x)] + [_grad_of(b, p) for p in params]
+    b.emit(f"{op.name}/grad", f"{op.type}Grad", [gys[0], x, *params[:1]], outs,
+           {k: v for k, v in op.attrs.items() if k in ("num_groups", "epsilon")})
+    return dict(zip([x, *params], outs))
 
 
 def g_bn_update(b: _Builder, op: Op, gys: list, needs: set) -> dict:
@@ -598,6 +609,13 @@ _RULES: dict[str, GradRule] = {
     "Selu": _unary("SeluGrad", _dy_x), "Softsign": _unary("SoftsignGrad", _dy_x),
     "Abs": _unary("AbsGrad", lambda op, gy: [op.inputs[0], gy]), "Sin": _unary("SinGrad", _dy_x),
     "Cos": _unary("CosGrad", _dy_x),
+    "LRN": _unary("LRNGrad", lambda op, gy: [gy, op.inputs[0], op.outputs[0]]),
+    "InstanceNorm": g_instance_norm, "GroupNorm": g_instance_norm,
+    # a block rearrangement's gradient is the inverse rearrangement of dy (the same transpose work)
+    "DepthToSpace": _unary("SpaceToDepth", lambda op, gy: [gy]),
+    "SpaceToDepth": _unary("DepthToSpace", lambda op, gy: [gy]),
+    "ResizeNearestNeighborV2": _unary("ResizeNearestNeighborV2Grad", lambda op, gy: [gy]),
+    "ResizeBilinearV2": _unary("ResizeBilinearV2Grad", lambda op, gy: [gy]),
     "Exp": g_mul_scalar(True), "Neg": g_neg, "Muls": g_muls,
     "Add": g_binary, "Sub": g_binary, "Mul": g_binary, "RealDiv": g_binary, "Pow": g_binary,
     "Maximum": g_binary, "Minimum": g_binary, "PRelu": g_binary, "AddN": g_addn,

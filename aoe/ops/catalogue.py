@@ -41,7 +41,10 @@ _VECTOR_AS = {
     "IsNan": "LeakyRelu", "IsInf": "LeakyRelu", "Selu": "Elu", "ReduceMinD": "ReduceMaxD",
     "ReduceProdD": "ReduceMaxD", "ReduceSumSquare": "ReduceSumD", "ReduceL2": "ReduceSumD",
     "LogSoftmaxV2": "SoftmaxV2", "InstanceNorm": "LayerNorm", "GroupNorm": "LayerNorm", "StridedSliceGrad": "Pad",
-    "DepthToSpace": "Transpose", "SpaceToDepth": "Transpose",
+    "DepthToSpace": "Transpose", "SpaceToDepth": "Transpose", "InstanceNormGrad": "LayerNormGrad",
+    "GroupNormGrad": "LayerNormGrad",
+    # the gradient of a resize sums each input pixel's share of dy: a pooling window of dy per input pixel
+    "ResizeNearestNeighborV2Grad": "AvgPool", "ResizeBilinearV2Grad": "AvgPool",
     "ClipByValueGrad": "AbsGrad", "ReciprocalGrad": "SigmoidGrad", "RsqrtGrad": "SigmoidGrad", "CosGrad": "SinGrad",
     "SeluGrad": "EluGrad", "LogSoftmaxGrad": "SoftmaxGrad", "BNInferGrad": "Mul", "SwishGrad": "SoftplusGrad",
     "HardtanhGrad": "AbsGrad", "Expm1": "Exp", "Log1p": "Log", "FloorDiv": "FloorMod", "MaskedFill": "Select",
@@ -288,7 +291,7 @@ def _vector_case(graph: Graph, op: Op) -> OpCase:
         axes = op.attrs.get("axes")
         if name in ("LayerNorm", "LayerNormGrad"):
             begin = int(op.attrs.get("begin_norm_axis", len(shape) - 1)) % len(shape)
-            if op.type in ("InstanceNorm", "GroupNorm"):
+            if op.type in ("InstanceNorm", "GroupNorm", "InstanceNormGrad", "GroupNormGrad"):
                 begin = 2  # per sample and channel (group) over the rest
             axes = list(range(begin, len(shape)))
         elif name in ("BNTrainingReduce", "BNTrainingUpdateGrad"):
@@ -308,7 +311,10 @@ def _vector_case(graph: Graph, op: Op) -> OpCase:
         kwargs["strides"] = tuple(int(v) for v in op.attrs.get("strides", (1, 1))[-2:])
         if kwargs["ksize"][0] > shape[2] or kwargs["ksize"][1] > shape[3]:
             raise Unsupported(f"{op.type} window larger than its input")
-    if name == "LRN":
+    if op.type in ("ResizeNearestNeighborV2Grad", "ResizeBilinearV2Grad"):
+        bilinear = op.type.startswith("ResizeBilinear")
+        kwargs.update(_resize_grad_window(shape, _shape(graph, op.outputs[0]), bilinear))
+    if name in ("LRN", "LRNGrad"):
         kwargs["ksize"] = (int(op.attrs.get("size") or 2 * int(op.attrs.get("depth_radius", 2)) + 1), 1)
     if name in _RESIZE_OPS:
         x_in = _shape(graph, op.inputs[0])
@@ -560,7 +566,7 @@ def _block_shape(shape: tuple[int, ...], attrs: dict[str, Any], to_space: bool, 
 
 # IR types priced as a kernel over another view of their input, and the Transpose of that view
 _REGROUPED = {
-    "GroupNorm": _group_shape,
+    "GroupNorm": _group_shape, "GroupNormGrad": _group_shape,
     "DepthToSpace": lambda s, a: _block_shape(s, a, True, a.get("mode") == "CRD"),
     "SpaceToDepth": lambda s, a: _block_shape(s, a, False, False),
 }
@@ -568,6 +574,16 @@ _REGROUP_PERM = {
     "DepthToSpace": lambda a: (0, 1, 4, 2, 5, 3) if a.get("mode") == "CRD" else (0, 3, 4, 1, 5, 2),
     "SpaceToDepth": lambda a: (0, 3, 5, 1, 2, 4),
 }
+
+
+def _resize_grad_window(dy: tuple[int, ...], dx: tuple[int, ...], bilinear: bool) -> dict[str, tuple[int, int]]:
+    """The pooling window over dy that gathers one input pixel's gradient: the scale factor (nearest), or
+    twice it (bilinear: each dy pixel feeds a 2x2 neighbourhood), stride the scale factor."""
+    if len(dy) != 4 or len(dx) != 4:
+        raise Unsupported("resize gradient of a tensor that is not NCHW")
+    stride = tuple(max(1, -(-int(a) // int(b))) for a, b in zip(dy[2:], dx[2:]))
+    ksize = tuple(min(int(d), 2 * s if bilinear else s) for d, s in zip(dy[2:], stride))
+    return {"ksize": ksize, "strides": stride}  # type: ignore[dict-item]
 
 
 def _out_shape(outs: list[Any], fallback: tuple[int, ...]) -> tuple[int, ...]:

@@ -42,7 +42,7 @@ VECTOR_ALIASES = {"AddV2": "Add", "Div": "RealDiv", "ReduceSum": "ReduceSumD", "
                   "HardSigmoidD": "HardSigmoid", "SiLU": "Swish", "Silu": "Swish", "Cos": "Sin",
                   "Ceil": "Floor", "Round": "Floor", "ArgMin": "ArgMaxV2", "ArgMaxD": "ArgMaxV2",
                   "ArgMinD": "ArgMaxV2", "ResizeNearestNeighbor": "ResizeNearestNeighborV2",
-                  "ResizeBilinear": "ResizeBilinearV2"}
+                  "ResizeBilinear": "ResizeBilinearV2", "MinimumGrad": "MaximumGrad"}
 
 MAX_DIM = 1 << 31
 
@@ -195,7 +195,7 @@ class VectorOp:
             p[1] = FORMATS.get(self.dst_format.upper(), -1)
         elif self.op_type == "Gemv":
             p[0] = int(self.ksize[0])  # rows of A
-        elif self.op_type == "LRN":
+        elif self.op_type in ("LRN", "LRNGrad"):
             p[0] = int(self.ksize[0])  # window size (channels)
         elif self.op_type in ("ResizeNearestNeighborV2", "ResizeBilinearV2"):
             p[0], p[1] = int(self.ksize[0]), int(self.ksize[1])  # input height and width
