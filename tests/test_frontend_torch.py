@@ -301,6 +301,18 @@ def test_symbolic_recompilation_is_reported_and_still_runs(tmp_path: Path) -> No
     assert be.results == [] and len(be.skipped) == 1
 
 
+def test_a_tune_ops_file_limits_what_the_backend_tunes(tmp_path: Path) -> None:
+    ops = tmp_path / "ops.json"
+    ops.write_text(json.dumps({"tune_ops_type": ["MatMulV2"]}))
+    be = aoe.torch.backend(mode="op", aoe_config_file=str(ops), **_opts(tmp_path))
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 16))
+    torch.compile(model, backend=be)(torch.randn(32, 64)).sum().backward()
+    for r in be.results:
+        tuned = {rec.op_type for rec in r.report.records if rec.outcome is not None}
+        assert tuned == {"MatMulV2"}, (r.tuning_name, tuned)
+    assert sum(r.section["repo_summary"]["total_num"] for r in be.results) >= 3   # 2 forward + backward matmuls
+
+
 def test_options_are_checked() -> None:
     with pytest.raises(AoeError, match="unknown option"):
         aoe.torch.backend(mod="op")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -45,12 +45,11 @@ class Options:
     compute_dtype: str = "float16"
     name: str = "torch"                    # tuning-name prefix
     env: Mapping[str, str] | None = None   # environment to read (default os.environ)
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def make_options(options: Mapping[str, Any]) -> Options:
     """Validate keyword options into ``Options`` (unknown keys are an AoeError listing the known ones)."""
-    known = set(Options.__dataclass_fields__) - {"extra"}
+    known = set(Options.__dataclass_fields__)
     bad = sorted(set(options) - known)
     if bad:
         raise AoeError(f"aoe.torch: unknown option(s) {', '.join(bad)}; known: {', '.join(sorted(known))}")
