@@ -578,3 +578,103 @@ def _emit_softmax_grad(cv: Converter, reg: Region) -> None:
     axes = [len(cv.tensors[yi].shape) - 1]
     cv.emit(None, "SoftmaxGrad", [yi, cv.inp(reg.roles["dy"])], {"axes": axes}, outputs=[dx],
             name=f"{reg.scope}/grad")
+
+
+# ---- Einsum (Keras MultiHeadAttention / EinsumDense) -----------------------------------------------
+def _einsum_terms(eq: str, ranks: list[int]) -> tuple[list[str], str] | None:
+    """Operand and output index strings with '...' expanded to capital letters (None: not parseable)."""
+    eq = eq.replace(" ", "")
+    if "->" not in eq:
+        return None
+    lhs, out = eq.split("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ranks):
+        return None
+    ell = max((r - (len(t) - 3) if "..." in t else 0) for t, r in zip(terms, ranks))
+    fill = "".join(chr(ord("A") + i) for i in range(ell))
+    res = []
+    for t, r in zip(terms, ranks):
+        if "..." in t:
+            n = r - (len(t) - 3)
+            t = t.replace("...", fill[ell - n:])
+        res.append(t)
+    out = out.replace("...", fill)
+    if any(len(t) != r or not t.isalpha() or len(set(t)) != len(t) for t, r in zip(res, ranks)):
+        return None
+    return res, out
+
+
+def h_einsum(cv: Converter, op: Any) -> None:
+    """Two-operand Einsum as CANN does it: transposes/views around one (Batch)MatMul."""
+    if len(op.inputs) != 2:
+        cv.opaque(op, "Einsum with one or three+ operands")
+        return
+    a, b = op.inputs
+    parsed = _einsum_terms(str(_attr(op, "equation", "")), [a.shape.rank or 0, b.shape.rank or 0])
+    if parsed is None:
+        cv.opaque(op, "Einsum equation not understood")
+        return
+    (ta, tb), to = parsed
+    sa, sb = cv.tf_shape(a), cv.tf_shape(b)
+    size = {**dict(zip(ta, sa)), **dict(zip(tb, sb))}
+    batch = [c for c in to if c in ta and c in tb]
+    contract = [c for c in ta if c in tb and c not in to]
+    m = [c for c in ta if c not in tb and c in to]
+    n = [c for c in tb if c not in ta and c in to]
+    if (set(ta) - set(batch) - set(contract) - set(m)) or (set(tb) - set(batch) - set(contract) - set(n)) \
+            or sorted(to) != sorted(batch + m + n):
+        cv.opaque(op, "Einsum that sums an index of one operand only")
+        return
+
+    def prod(ix: list[str]) -> int:
+        p = 1
+        for c in ix:
+            p *= size[c]
+        return p
+
+    def operand(t: Any, term: str, first: list[str], second: list[str], tag: str) -> tuple[str, bool]:
+        ir = cv.inp(t)
+        want = batch + first + second
+        swapped = batch + second + first
+        trans = False
+        if list(term) == want:
+            order = want
+        elif list(term) == swapped:
+            order, trans = swapped, True
+        else:
+            order = want
+            perm = [term.index(c) for c in want]
+            shape = tuple(size[c] for c in want)
+            out = cv.new_tensor(f"{op.name}/{tag}_transposed", shape, cv.tensors[ir].dtype)
+            cv.emit(op, "Transpose", [ir], {"perm": perm}, outputs=[out], name=f"{op.name}/{tag}_transpose")
+            ir = out
+        g1, g2 = (second, first) if trans else (first, second)
+        shape3 = ((prod(batch),) if batch else ()) + (prod(g1), prod(g2))
+        if cv.tensors[ir].shape != shape3:
+            v = cv.new_tensor(f"{op.name}/{tag}_3d", shape3, cv.tensors[ir].dtype)
+            cv.emit(op, "Reshape", [ir], {"view": True, "shape": list(shape3)}, outputs=[v], name=f"{op.name}/{tag}_view")
+            ir = v
+        del order
+        return ir, trans
+
+    xa, t1 = operand(a, ta, m, contract, "x1")
+    xb, t2 = operand(b, tb, contract, n, "x2")
+    mm_shape = ((prod(batch),) if batch else ()) + (prod(m), prod(n))
+    kind = "BatchMatMulV2" if batch else "MatMulV2"
+    res = cv.new_tensor(f"{op.name}/matmul", mm_shape, cv.ir_dtype(op.outputs[0].dtype))
+    cv.emit(op, kind, [xa, xb], {"transpose_x1": t1, "transpose_x2": t2, "has_bias": False, "equation":
+                                 str(_attr(op, "equation", ""))}, outputs=[res], name=op.name)
+    natural = batch + m + n
+    nat_shape = tuple(size[c] for c in natural)
+    final = cv.out(op.outputs[0])
+    if natural == list(to):
+        cv.emit(op, "Reshape", [res], {"view": True, "shape": list(cv.tensors[final].shape)}, outputs=[final],
+                name=f"{op.name}/out_view")
+        return
+    v = cv.new_tensor(f"{op.name}/unflat", nat_shape, cv.tensors[res].dtype)
+    cv.emit(op, "Reshape", [res], {"view": True, "shape": list(nat_shape)}, outputs=[v], name=f"{op.name}/out_view")
+    cv.emit(op, "Transpose", [v], {"perm": [natural.index(c) for c in to]}, outputs=[final],
+            name=f"{op.name}/out_transpose")
+
+
+_HANDLERS["Einsum"] = h_einsum

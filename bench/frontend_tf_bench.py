@@ -1,0 +1,116 @@
+"""TensorFlow frontend timing: capture + convert + tune of a training step, cold and warm, next to the ONNX route.
+
+    python bench/frontend_tf_bench.py [--budget 2000] [--quick]
+
+For Keras ResNet50 (batch 32, 224x224) and the BERT-base-shaped Keras encoder of ``aoe.tf.examples``
+(12 layers, 32 x 128), each built from code with random weights:
+
+- TF route: ``aoe.graph.tf.training_graph(model.train_step, ...)`` (what ``aoe.tf.TuneCallback`` does on
+  the first step: trace forward + GradientTape + Keras Adam with static shapes, convert to CANN
+  operators), then operator tuning (OPAT) of that graph into a fresh bank (cold) and again into the
+  same bank (warm: every tunable case a bank hit);
+- ONNX route: ``aoe.tune("zoo:...", training=True)`` the same way (torchvision ResNet-50, BERT-base).
+
+Prints one JSON line: wall seconds and CPU seconds (this process and its tuning workers) per phase,
+the graphs' operator counts and MACs, and the bank counters of each run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+
+def _cpu() -> float:
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[Any, float, float]:
+    w, c = time.perf_counter(), _cpu()
+    out = fn()
+    return out, round(time.perf_counter() - w, 2), round(_cpu() - c, 2)
+
+
+def _tune(graph_or_model: Any, bank: Path, work: Path, budget: int, **kw: Any) -> dict[str, Any]:
+    import aoe
+    from aoe.job.api import TuneOptions
+
+    r, wall, cpu = _timed(lambda: aoe.tune(graph_or_model, mode="op", bank=bank, work_path=work,
+                                           options=TuneOptions(budget=budget, lock=False), env={}, **kw))
+    return {"wall_s": wall, "cpu_s": cpu, "status": r.status, "repo_summary": r.section["repo_summary"]}
+
+
+def _models(quick: bool) -> dict[str, tuple[Callable[[], Any], Callable[[], tuple], str, str]]:
+    import keras
+    import tensorflow as tf
+
+    from aoe.tf.examples import bert_like_encoder, resnet50
+
+    b = 2 if quick else 32
+
+    def keras_resnet() -> Any:
+        m = resnet50(224)
+        m.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+        return m
+
+    def keras_bert() -> Any:
+        m = bert_like_encoder(seq=128, layers=2 if quick else 12)
+        m.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return m
+
+    return {
+        "resnet50": (keras_resnet, lambda: ((tf.TensorSpec((b, 224, 224, 3)), tf.TensorSpec((b,), tf.int32)),),
+                     "zoo:resnet50", f"input:{b},3,224,224"),
+        "bert_base": (keras_bert, lambda: (((tf.TensorSpec((b, 128), tf.int32), tf.TensorSpec((b, 128))),
+                                            tf.TensorSpec((b,), tf.int32)),),
+                      "zoo:bert_base", f"input_ids:{b},128;attention_mask:{b},128"),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--budget", type=int, default=2000, help="strategy evaluations per operator case")
+    p.add_argument("--quick", action="store_true", help="batch 2 (and a 2-layer encoder) instead: a smoke run")
+    args = p.parse_args()
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    import aoe.graph
+    from aoe.graph.tf import training_graph
+
+    out: dict[str, Any] = {"bench": "frontend_tf", "budget": args.budget, "tensorflow": tf.__version__,
+                           "cpus": os.cpu_count(), "models": {}}
+    for name, (build, spec, zoo, shape) in _models(args.quick).items():
+        model = build()
+        model.optimizer.build(model.trainable_variables)
+        row: dict[str, Any] = {"shape": shape}
+        with tempfile.TemporaryDirectory() as tmp:
+            t = Path(tmp)
+            for d in ("bank_tf", "bank_onnx", "work"):
+                (t / d).mkdir()
+            g, wall, cpu = _timed(lambda: training_graph(model.train_step, *spec(), name=name,
+                                                         optimizer_variables=model.optimizer.variables))
+            s = g.summary()
+            row["tf"] = {"capture_convert": {"wall_s": wall, "cpu_s": cpu}, "ops": len(g.ops),
+                         "gmacs": round(s["total_macs"] / 1e9, 2), "unsupported": len(g.unsupported),
+                         "cold": _tune(g, t / "bank_tf", t / "work", args.budget),
+                         "warm": _tune(g, t / "bank_tf", t / "work", args.budget)}
+            og, wall, cpu = _timed(lambda: aoe.graph.load(zoo, shape, training=True))
+            row["onnx"] = {"import": {"wall_s": wall, "cpu_s": cpu}, "ops": len(og.ops),
+                           "gmacs": round(og.summary()["total_macs"] / 1e9, 2),
+                           "cold": _tune(zoo, t / "bank_onnx", t / "work", args.budget, input_shape=shape,
+                                         training=True),
+                           "warm": _tune(zoo, t / "bank_onnx", t / "work", args.budget, input_shape=shape,
+                                         training=True)}
+        out["models"][name] = row
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
