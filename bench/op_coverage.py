@@ -1,6 +1,6 @@
 """Kernel-model coverage: per model, the operators tuning would skip (no kernel model, Opaque), by type.
 
-Run: python bench/coverage.py [--soc Ascend910B2] [--training] [MODEL ...]
+Run: python bench/op_coverage.py [--soc Ascend910B2] [--training] [MODEL ...]
 MODEL is ``zoo:NAME`` or an ONNX file (default: the four zoo models). Prints one JSON line per model
 and phase: operators, skipped count, skipped types with counts, and the Opaque ops the importer kept.
 The goal is 0 skipped for the zoo and for common CNN/transformer exports.
