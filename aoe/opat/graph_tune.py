@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -29,6 +28,7 @@ from .apply import fused_names, op_type_label, price
 from .report import OpatReport, OpRecord
 from .search import Budget, Measure, as_measure, simulator_measure
 from .tune import KINDS, KindGain, TuneResult, chain_steps, tune_case
+from .workers import worker_pool
 
 
 @dataclass(frozen=True)
@@ -184,7 +184,7 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
         plain = dataclasses.replace(soc, _native=None)
         jobs = [(case, plain, tuple(cfg.kinds), budget, cfg.implmode, cfg.seed, cfg.threads)
                 for _, case, _, _, _ in pending_tune]
-        with ProcessPoolExecutor(max_workers=cfg.workers) as pool:
+        with worker_pool(cfg.workers) as pool:
             # results come back in submission order, so the run is identical to a serial one
             for (cid, case, entry, in_use, default_t), result in zip(pending_tune, pool.map(_tune_worker, jobs)):
                 finish(cid, case, entry, in_use, default_t, result)

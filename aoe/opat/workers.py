@@ -1,0 +1,76 @@
+"""The OPAT worker pool: processes that are safe to start from any thread and die with their job.
+
+Workers come from a `forkserver` (one per process, started once, with the tuner preloaded), never from
+a plain `fork` of the job: a fork copies whatever another thread of an embedding program holds at that
+instant (a bank file lock, a Python lock), and the child could wait for it forever. The forkserver is
+itself a fresh interpreter, so no descriptor of the job (the device lock, bank files) reaches a worker.
+
+A worker exits when its job dies, even by `kill -9`: on Linux the kernel sends it SIGKILL when its parent
+goes (PR_SET_PDEATHSIG), and everywhere a watchdog thread checks every half second that the job still
+runs. So a killed job leaves no process behind and its device lock is free at once.
+
+As for any `spawn`/`forkserver` program, a script that starts workers (TUNING_PARALLEL_NUM > 1) is
+imported once by the forkserver: keep its top-level work under `if __name__ == "__main__":`.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+_PR_SET_PDEATHSIG = 1
+_CTX_LOCK = threading.Lock()
+_CTX: multiprocessing.context.BaseContext | None = None
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    """The forkserver context (spawn where there is none), its preload set once."""
+    global _CTX
+    with _CTX_LOCK:
+        if _CTX is None:
+            if "forkserver" in multiprocessing.get_all_start_methods():
+                ctx = multiprocessing.get_context("forkserver")
+                # the forkserver imports the tuner once; each worker is a cheap fork of it
+                ctx.set_forkserver_preload(["aoe.opat.graph_tune"])
+            else:
+                ctx = multiprocessing.get_context("spawn")
+            _CTX = ctx
+        return _CTX
+
+
+def _die_with(parent_pid: int) -> None:
+    """Worker initializer: exit when the job `parent_pid` is gone."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # the watchdog below still ends the worker
+
+    def watch() -> None:
+        while True:
+            try:
+                os.kill(parent_pid, 0)
+            except ProcessLookupError:
+                os._exit(1)
+            except PermissionError:
+                pass
+            time.sleep(0.5)
+
+    threading.Thread(target=watch, name="aoe-worker-watchdog", daemon=True).start()
+    # the job handles SIGINT/SIGTERM (it stops between cases); a signal sent to the process group
+    # must not kill a worker in the middle of a case
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def worker_pool(workers: int) -> ProcessPoolExecutor:
+    """A process pool of `workers` that is thread-safe to create and never outlives this process."""
+    return ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=_die_with,
+                               initargs=(os.getpid(),))
