@@ -1,96 +1,147 @@
-"""Tuning-job benchmark: cold and warm `aoe` jobs on the ResNet-50 and BERT-base training graphs.
+"""Tuning-job benchmark: CPU and wall seconds of real `aoe` jobs, cold and warm. Prints one JSON object.
 
-    python bench/job_bench.py [--soc Ascend910B2] [--workers N] [--budget EVALS] [--batch B]
+    python bench/job_bench.py [--soc Ascend910B2] [--workers N] [--budget EVALS] [--runs a,b,...]
 
-Each model is run as the real command (`python -m aoe.cli -m zoo:... -j 2 --training`, a separate
-process, so start-up, graph import, result files and locks are included), twice, in a fresh
-temporary TUNE_BANK_PATH:
+Every job is the real command (`python -m aoe.cli ...`, a separate process: interpreter start-up,
+graph import, result files, locks and the worker processes are all included) in a fresh temporary
+TUNE_BANK_PATH. `cpu_s` is the user+system CPU time of the whole process tree (the job and its
+workers, from `resource.getrusage(RUSAGE_CHILDREN)` around the run), `wall_s` the stopwatch time
+beside it: on a shared machine wall time grows with the load, CPU time much less.
 
-- `cold_s`: empty custom bank: every case is tuned (the built-in bank still counts as hits);
-- `warm_s`: the same job again: every case tuned in the cold run is now a bank hit (REPEAT_TUNE=False).
+Runs (`--runs`, default all):
+- `resnet50`: OPAT, ResNet-50 training graph at batch 32 (`--soc`): `cold` with an empty custom bank
+  (every case is tuned), then `warm`, the same job again (every case is now a bank hit);
+- `bert_base`: OPAT, BERT-base training graph at 32 x 128 tokens, cold only;
+- `sgat`: SGAT's fixed overhead: subgraph tuning of MobileNetV2 inference at batch 1 on Ascend910A,
+  cold and warm (Numba's cache is warmed by an unmeasured run first), next to `python_import_s`, the
+  CPU time of a process that only imports `aoe.cli` (the floor of any job).
 
-Also reported per model: operators, distinct cases, counters of both runs, the sum of the tuned
-operators' simulated times before/after (from `aoe verify`), and `tuning_time(s)` from the result
-file. Prints one JSON object.
+The result also says when and where it was measured (UTC date, CPU model, CPU count).
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
+import platform
+import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-MODELS = {
-    "resnet50": ("zoo:resnet50", "input:{b},3,224,224"),
-    "bert_base": ("zoo:bert_base", "input_ids:{b},128;attention_mask:{b},128"),
+OPAT_RUNS = {
+    "resnet50": ("zoo:resnet50", "input:32,3,224,224", True),
+    "bert_base": ("zoo:bert_base", "input_ids:32,128;attention_mask:32,128", False),
 }
 
 
-def _run(cwd: Path, env: dict[str, str], *argv: str) -> tuple[float, subprocess.CompletedProcess[str]]:
-    t = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "aoe.cli", *argv], cwd=cwd, env=env, capture_output=True, text=True)
-    dt = time.perf_counter() - t
+def cpu_model() -> str:
+    """The CPU model name (from /proc/cpuinfo; the platform's processor string elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> dict[str, object]:
+    """Date and machine of a measurement, for every bench JSON."""
+    return {"date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+            "cpu_model": cpu_model(), "cpus": os.cpu_count(), "load_1min": round(os.getloadavg()[0], 2)}
+
+
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def run_timed(argv: list[str], cwd: Path, env: dict[str, str]) -> dict[str, float]:
+    """Run a command to completion; wall and whole-tree CPU seconds (fails loudly on a non-zero exit)."""
+    c0, t0 = _children_cpu(), time.perf_counter()
+    p = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
+    wall, cpu = time.perf_counter() - t0, _children_cpu() - c0
     if p.returncode != 0:
-        raise SystemExit(f"aoe {' '.join(argv)} failed ({p.returncode}):\n{p.stderr}")
-    return dt, p
+        raise SystemExit(f"{' '.join(argv)} failed ({p.returncode}):\n{p.stderr}")
+    return {"cpu_s": round(cpu, 3), "wall_s": round(wall, 3)}
 
 
-def _latest(d: Path) -> dict:
-    f = sorted(d.glob("aoe_result_opat_*.json"))[-1]
+def _aoe(*argv: str) -> list[str]:
+    return [sys.executable, "-m", "aoe.cli", *argv]
+
+
+def _latest(d: Path, kind: str) -> dict:
+    f = sorted(d.glob(f"aoe_result_{kind}_*.json"))[-1]
     (task,) = json.loads(f.read_text()).values()
-    return {"tuning_time_s": task[0]["basic"].get("tuning_time(s)"),
-            "status": task[1]["OPAT"]["opat_tuning_result"], "summary": task[1]["OPAT"]["repo_summary"]}
+    sec = task[1][kind.upper()]
+    out = {"tuning_time_s": task[0]["basic"].get("tuning_time(s)")}
+    if kind == "opat":
+        out.update(status=sec["opat_tuning_result"], summary=sec["repo_summary"])
+    return out
+
+
+def _env(work: Path, root: Path, budget: int | None) -> dict[str, str]:
+    bank = work / "bank"
+    bank.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, TUNE_BANK_PATH=str(bank), AOE_LOCK_DIR=str(root / "locks"))
+    for k in ("REPEAT_TUNE", "ASCEND_WORK_PATH", "AOE_MODE", "AOE_CONFIG", "ASCEND_DEVICE_ID"):
+        env.pop(k, None)
+    if budget:
+        env["AOE_SEARCH_BUDGET"] = str(budget)
+    return env
+
+
+def opat_run(name: str, root: Path, soc: str, budget: int | None, workers: int | None) -> dict:
+    """Cold (and, for ResNet-50, warm) OPAT job of one model."""
+    model, shape, warm_too = OPAT_RUNS[name]
+    work = root / name
+    env = _env(work, root, budget)
+    if workers:
+        (work / "aoe.ini").write_text(f"[tuning]\ntuning_parallel_num = {workers}\n")
+    argv = _aoe("-m", model, "-j", "2", "--training", "--soc_version", soc, "--input_shape", shape,
+                "--progress_bar", "off")
+    out: dict = {"model": model, "input_shape": shape, "training": True, "soc": soc}
+    out["cold"] = {**run_timed(argv, work, env), **_latest(work, "opat")}
+    if warm_too:
+        time.sleep(0.01)
+        out["warm"] = {**run_timed(argv, work, env), **_latest(work, "opat")}
+    return out
+
+
+def sgat_run(root: Path) -> dict:
+    """SGAT on a small graph: what every SGAT job pays whatever the model."""
+    work = root / "sgat"
+    env = _env(work, root, None)
+    argv = _aoe("-m", "zoo:mobilenet_v2", "-j", "1", "--soc_version", "Ascend910A", "--input_shape",
+                "input:1,3,224,224", "--progress_bar", "off")
+    warmup = root / "sgat_warmup"
+    run_timed(argv, warmup, _env(warmup, root, None))  # compiles (or loads) Numba's cache
+    out: dict = {"model": "zoo:mobilenet_v2", "input_shape": "input:1,3,224,224", "soc": "Ascend910A"}
+    out["cold"] = run_timed(argv, work, env)
+    out["warm"] = run_timed(argv, work, env)
+    out["python_import_s"] = run_timed([sys.executable, "-c", "import aoe.cli"], work, env)
+    return out
 
 
 def main() -> None:
+    """Run the selected jobs and print the JSON figures."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--soc", default="Ascend910B2")
     ap.add_argument("--workers", type=int, default=None, help="TUNING_PARALLEL_NUM (default: aoe's, 8 -> CPUs)")
     ap.add_argument("--budget", type=int, default=None, help="AOE_SEARCH_BUDGET (default: aoe's, 100000)")
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--runs", default="resnet50,bert_base,sgat")
     args = ap.parse_args()
-
-    from aoe.job.config import cpu_count
-
-    out: dict = {"soc": args.soc, "cpus": cpu_count(), "batch": args.batch, "budget": args.budget or 100000,
+    out: dict = {"bench": "job_bench", **machine(), "budget": args.budget or 100000,
                  "workers_asked": args.workers or 8}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        for name in args.models.split(","):
-            model, shape = MODELS[name]
-            work = root / name
-            bank = work / "bank"
-            bank.mkdir(parents=True)
-            env = dict(os.environ, TUNE_BANK_PATH=str(bank), AOE_LOCK_DIR=str(root / "locks"))
-            for k in ("REPEAT_TUNE", "ASCEND_WORK_PATH", "AOE_MODE", "AOE_CONFIG", "ASCEND_DEVICE_ID"):
-                env.pop(k, None)
-            if args.budget:
-                env["AOE_SEARCH_BUDGET"] = str(args.budget)
-            if args.workers:
-                (work / "aoe.ini").write_text(f"[tuning]\ntuning_parallel_num = {args.workers}\n")
-            argv = ("-m", model, "-j", "2", "--training", "--soc_version", args.soc,
-                    "--input_shape", shape.format(b=args.batch), "--progress_bar", "off")
-            cold_s, _ = _run(work, env, *argv)
-            cold = _latest(work)
-            time.sleep(0.01)
-            warm_s, _ = _run(work, env, *argv)
-            warm = _latest(work)
-            _, v = _run(work, env, "verify", "-m", model, "--training", "--soc_version", args.soc,
-                        "--input_shape", shape.format(b=args.batch), "--json")
-            ver = json.loads(v.stdout)
-            out[name] = {
-                "operators": len(ver["operators"]) + len(ver["skipped"]),
-                "cold_s": round(cold_s, 2), "warm_s": round(warm_s, 2),
-                "cold": cold, "warm": warm,
-                "model_default_ms": round(ver["model_default_us"] / 1000, 4),
-                "model_tuned_ms": round(ver["model_tuned_us"] / 1000, 4),
-                "model_improvement": ver["model_improvement"],
-            }
+        for name in args.runs.split(","):
+            out[name] = sgat_run(root) if name == "sgat" else opat_run(name, root, args.soc, args.budget,
+                                                                        args.workers)
     print(json.dumps(out))
 
 

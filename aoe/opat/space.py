@@ -11,6 +11,7 @@ before anything is evaluated; whatever slips through is rejected by the simulato
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -257,21 +258,26 @@ def _mm_default_inner(soc: Soc, op: MatMul, outer: np.ndarray) -> np.ndarray:
     return both
 
 
+_MM_OUTER = [_F[f] for f in ("usedCoreNum", "singleCoreM", "singleCoreN", "singleCoreK", "baseM", "baseN", "baseK")]
+
+
+def _first_of_each(keys: np.ndarray) -> np.ndarray:
+    """Indices of the first row of each distinct key row, in order (a hash pass, no sort)."""
+    first: dict[bytes, int] = {}
+    for i, k in enumerate(np.ascontiguousarray(keys)):
+        first.setdefault(k.tobytes(), i)
+    return np.fromiter(first.values(), np.int64, len(first))
+
+
 def _mm_expand(soc: Soc, op: MatMul, outer: np.ndarray, count_only: bool = False) -> np.ndarray:
     """Every inner variant of each outer row (duplicates of the same outer shape collapse first)."""
     ea = DTYPE_BYTES[op.dtype]
     if count_only and len(outer) > 4096:
         # count in large vectorised blocks (a count needs masks only, never the rows themselves)
-        cols = [_F[f] for f in ("usedCoreNum", "singleCoreM", "singleCoreN", "singleCoreK", "baseM", "baseN", "baseK")]
-        uniq = np.unique(outer[:, cols], axis=0)
-        rows = np.zeros((len(uniq), outer.shape[1]), np.int64)
-        rows[:, cols] = uniq
+        rows = outer[_first_of_each(outer[:, _MM_OUTER])]
         return np.int64(sum(int(_mm_expand(soc, op, rows[i:i + 4096], count_only=True))
                             for i in range(0, len(rows), 4096)))
-    keys = outer[:, [_F[f] for f in ("usedCoreNum", "singleCoreM", "singleCoreN", "singleCoreK", "baseM",
-                                     "baseN", "baseK")]]
-    _, first = np.unique(keys, axis=0, return_index=True)
-    outer = outer[np.sort(first)]
+    outer = outer[_first_of_each(outer[:, _MM_OUTER])]
     t = MM_INNER  # stepKa, stepKb, stepM, stepN, order, L1 db A, L1 db B
     n_o, n_t = len(outer), len(t)
     bm, bn, bk = (outer[:, _F[f]][:, None] for f in ("baseM", "baseN", "baseK"))
@@ -356,39 +362,41 @@ def conv_space(soc: Soc, op: Conv2D) -> FactoredSpace:
         out_h, out_w, out_c, k_al = ho, wo, co_g, _align(cin_g, c0) * kh * kw
     if filt:
         out_h, out_w = ho, wo
-    cores = soc.cube_cores
     win = kh * kw * c0
     n_units = _cdiv(cin_g, c0) if filt else _cdiv(out_c, 16)
-    splits = set()
-    for gd in range(1, min(g, cores) + 1):
-        for bd in range(1, min(n, cores // gd) + 1):
-            for hd in range(1, min(out_h, cores // (gd * bd)) + 1):
-                for nd in range(1, min(n_units, cores // (gd * bd * hd)) + 1):
-                    dims = tuple(int(_cdiv(x, _cdiv(x, d))) for x, d in ((g, gd), (n, bd), (out_h, hd), (n_units, nd)))
-                    splits.add(dims)
-    loads = {s: _cdiv(g, s[0]) * _cdiv(n, s[1]) * _cdiv(out_h, s[2]) * _cdiv(n_units, s[3]) for s in splits}
-    best_load = min(loads.values())
-    splits = sorted(s for s in splits if loads[s] <= 2 * best_load)  # at most 2x the least work per core
-    wo_l0s = sorted({d for d in range(1, min(out_w, 256) + 1) if out_w % d == 0 and d * 1 <= 256}, reverse=True)[:4]
-    rows = []
-    for gd, bd, hd, nd in splits:
-        ho_core = _cdiv(out_h, hd)
-        for wo_l0 in wo_l0s:
-            for m0 in (64, 128, 256):
-                ho_l0 = max(1, min(ho_core, m0 // wo_l0))
-                if ho_l0 * wo_l0 > 512:
-                    continue
-                if filt:
-                    k_l0s = [v for v in (16, 32, 64, 128) if v <= _align(co_g, 16)]
-                    n_l0s = [v for v in (16, 32, 64, 128) if v <= _align(_cdiv(_align(cin_g, c0) * kh * kw, nd), 16)]
-                else:
-                    k_l0s = [v for v in _pow2(8 * c0, c0) if v <= k_al]
-                    n_l0s = [v for v in (16, 32, 64, 128, 256) if v <= _align(_cdiv(out_c, nd), 16)]
-                for k_l0 in k_l0s:
-                    for n_l0 in n_l0s:
-                        rows.append((bd, hd, nd, gd, ho_l0, out_w, 0, 0, ho_l0, wo_l0, k_l0,
-                                     n_l0, 0, 0))
-    outer = np.unique(np.array(rows, np.int64).reshape(-1, len(CONV_FIELDS)), axis=0)
+    splits = _conv_splits(soc.cube_cores, g, n, out_h, n_units)
+    gd, bd, hd, nd = splits.T
+    # L0 pixel blocks: up to four widths dividing the output row, about 64/128/256 pixels each
+    wo_l0s = np.array(sorted((d for d in range(1, min(out_w, 256) + 1) if out_w % d == 0), reverse=True)[:4],
+                      np.int64)
+    ho_core = _cdiv(out_h, hd)
+    s_i, w_i, m0 = np.meshgrid(np.arange(len(splits)), np.arange(len(wo_l0s)), np.array([64, 128, 256]),
+                               indexing="ij")
+    s_i, wo_l0, m0 = s_i.ravel(), wo_l0s[w_i.ravel()], m0.ravel()
+    ho_l0 = np.maximum(1, np.minimum(ho_core[s_i], m0 // wo_l0))
+    keep = ho_l0 * wo_l0 <= 512
+    # distinct (split, hoL0, woL0): several m0 collapse onto the same block when hoL0 is clipped
+    key = np.unique((s_i[keep] * 4096 + ho_l0[keep]) * 4096 + wo_l0[keep])
+    s_i, ho_l0, wo_l0 = key // (4096 * 4096), key // 4096 % 4096, key % 4096
+    if filt:
+        k_l0s = np.array([v for v in (16, 32, 64, 128) if v <= _align(co_g, 16)], np.int64)
+        n_l0s = np.array([16, 32, 64, 128], np.int64)
+        n_cap = -(-_cdiv(_align(cin_g, c0) * kh * kw, nd[s_i]) // 16) * 16
+    else:
+        k_l0s = np.array([v for v in _pow2(8 * c0, c0) if v <= k_al], np.int64)
+        n_l0s = np.array([16, 32, 64, 128, 256], np.int64)
+        n_cap = -(-_cdiv(out_c, nd[s_i]) // 16) * 16
+    ok = np.broadcast_to((n_l0s[None, None, :] <= n_cap[:, None, None]), (len(s_i), len(k_l0s), len(n_l0s)))
+    bi, ki, ni = np.nonzero(ok)
+    si = s_i[bi]
+    rows = np.zeros((len(bi), len(CONV_FIELDS)), np.int64)
+    rows[:, _C["batchDim"]], rows[:, _C["hoDim"]], rows[:, _C["nDim"]], rows[:, _C["groupDim"]] = \
+        bd[si], hd[si], nd[si], gd[si]
+    rows[:, _C["hoL1"]] = rows[:, _C["hoL0"]] = ho_l0[bi]
+    rows[:, _C["woL1"]] = out_w
+    rows[:, _C["woL0"]] = wo_l0[bi]
+    rows[:, _C["kL0"]], rows[:, _C["nL0"]] = k_l0s[ki], n_l0s[ni]
+    outer = rows[np.lexsort(rows.T[::-1])]  # lexicographic order (ties of the bound break the same way)
     # default inner: smallest L1 staging that is legal, full ping-pong
     outer = _conv_inner(soc, op, outer, filt, win, c0, k_al, default_only=True)
     # Cube work of the busiest core (padding to 16 / C0 included): no staging can go below it
@@ -405,6 +413,32 @@ def conv_space(soc: Soc, op: Conv2D) -> FactoredSpace:
     lb = soc.launch_us + cube.astype(np.float64) / soc.freq_mhz
     return FactoredSpace(list(CONV_FIELDS), outer,
                          lambda o: _conv_inner(soc, op, o, filt, win, c0, k_al, default_only=False), lb)
+
+
+@functools.lru_cache(maxsize=16)
+def _split_tuples(cores: int) -> np.ndarray:
+    """Every (groupDim, batchDim, hoDim, nDim) whose product is at most `cores` (cached per core count)."""
+    out = [(gd, bd, hd, nd) for gd in range(1, cores + 1) for bd in range(1, cores // gd + 1)
+           for hd in range(1, cores // (gd * bd) + 1) for nd in range(1, cores // (gd * bd * hd) + 1)]
+    arr = np.array(out, np.int64)
+    arr.setflags(write=False)
+    return arr
+
+
+def _conv_splits(cores: int, g: int, n: int, out_h: int, n_units: int) -> np.ndarray:
+    """Distinct effective core splits (g, batch, rows, channel units) within 2x the least work per core.
+
+    A split is effective when no dimension asks for more parts than it can be cut into evenly: d parts
+    of x become ceil(x / ceil(x / d)) parts, so splits that give each core the same work collapse.
+    """
+    t = _split_tuples(cores)
+    lim = np.array([g, n, out_h, n_units])
+    t = t[(t <= lim).all(axis=1)]
+    eff = _cdiv(lim, _cdiv(lim, t))
+    key = np.unique(((eff[:, 0] * 256 + eff[:, 1]) * 256 + eff[:, 2]) * 256 + eff[:, 3])
+    splits = np.stack([key >> 24, (key >> 16) & 255, (key >> 8) & 255, key & 255], axis=1)
+    loads = np.prod(_cdiv(lim, splits), axis=1)
+    return splits[loads <= 2 * loads.min()]
 
 
 def _conv_inner(soc: Soc, op: Conv2D, outer: np.ndarray, filt: bool, win: int, c0: int, k_al: int,
