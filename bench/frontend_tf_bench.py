@@ -22,8 +22,9 @@ import os
 import resource
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 
 def _cpu() -> float:
@@ -94,14 +95,14 @@ def main() -> None:
             t = Path(tmp)
             for d in ("bank_tf", "bank_onnx", "work"):
                 (t / d).mkdir()
-            g, wall, cpu = _timed(lambda: training_graph(model.train_step, *spec(), name=name,
-                                                         optimizer_variables=model.optimizer.variables))
+            g, wall, cpu = _timed(lambda m=model, s=spec, n=name: training_graph(
+                m.train_step, *s(), name=n, optimizer_variables=m.optimizer.variables))
             s = g.summary()
             row["tf"] = {"capture_convert": {"wall_s": wall, "cpu_s": cpu}, "ops": len(g.ops),
                          "gmacs": round(s["total_macs"] / 1e9, 2), "unsupported": len(g.unsupported),
                          "cold": _tune(g, t / "bank_tf", t / "work", args.budget),
                          "warm": _tune(g, t / "bank_tf", t / "work", args.budget)}
-            og, wall, cpu = _timed(lambda: aoe.graph.load(zoo, shape, training=True))
+            og, wall, cpu = _timed(lambda z=zoo, s=shape: aoe.graph.load(z, s, training=True))
             row["onnx"] = {"import": {"wall_s": wall, "cpu_s": cpu}, "ops": len(og.ops),
                            "gmacs": round(og.summary()["total_macs"] / 1e9, 2),
                            "cold": _tune(zoo, t / "bank_onnx", t / "work", args.budget, input_shape=shape,

@@ -34,4 +34,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'aoe.tf' has no attribute {name!r}")
 
 
-__all__ = ["TuneCallback", "tune_step", "TunedStep", "resolve", "Settings", "KEYS"]
+__all__ = ["KEYS", "Settings", "TuneCallback", "TunedStep", "resolve", "tune_step"]

@@ -8,7 +8,8 @@ the step and every later one compute exactly what they would without tuning.
 from __future__ import annotations
 
 import threading
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..errors import AoeError
 from . import session

@@ -9,8 +9,9 @@ the extra to install. See README.md in this directory for what maps to what.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from ...errors import AoeError
 
@@ -130,4 +131,4 @@ def _fn_name(fn: Any) -> str:
     return "train_step"
 
 
-__all__ = ["load_tf", "training_graph", "from_concrete_function", "concrete_function", "import_tf", "MISSING"]
+__all__ = ["MISSING", "concrete_function", "from_concrete_function", "import_tf", "load_tf", "training_graph"]

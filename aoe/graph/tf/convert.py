@@ -155,7 +155,7 @@ class Converter:
         v = None
         try:
             v = tf.get_static_value(t)
-        except Exception:  # TF cannot evaluate it statically: not a constant
+        except Exception:  # noqa: BLE001 - TF cannot evaluate it statically: not a constant
             v = None
         if v is None and t.op.type in ("Shape",) and t.op.inputs[0].shape.is_fully_defined():
             import numpy as np
@@ -210,7 +210,7 @@ class Converter:
         return name
 
     def _register(self, t: Any, kind: str = "activation", name: str | None = None) -> str:
-        base = name or (t.name[:-2] if t.name.endswith(":0") else t.name)
+        base = name or (t.name.removesuffix(":0"))
         shape = self.ir_shape(t)
         dtype = self.ir_dtype(t.dtype)
         ir = self.new_tensor(base, shape, dtype, kind)
@@ -286,7 +286,7 @@ class Converter:
             import tensorflow as tf
 
             return tuple(d.size for d in sd.shape.dim), tf.dtypes.as_dtype(sd.dtype)
-        except Exception:  # no shape recorded for the resource
+        except Exception:  # noqa: BLE001 - no shape recorded for the resource
             raise AoeError(f"graph {self.src.name!r}: the shape of variable {handle.name!r} is unknown") from None
 
     def updated(self, handle: Any) -> str:

@@ -45,7 +45,7 @@ def _read_graph_def(path: Path) -> Any:
     gd = tf.compat.v1.GraphDef()
     try:
         gd.ParseFromString(data)
-    except Exception as exc:  # protobuf DecodeError on corrupt bytes
+    except Exception as exc:  # noqa: BLE001 - protobuf DecodeError (and others) on corrupt bytes
         raise AoeError(f"{str(path)!r} is not a TensorFlow GraphDef ({type(exc).__name__}); pass a frozen "
                        "graph .pb or a SavedModel directory") from None
     if not gd.node:
@@ -56,17 +56,19 @@ def _read_graph_def(path: Path) -> Any:
 def _saved_model(path: Path) -> tuple[Any, list[tuple[str, str]], list[str]]:
     """The serving signature frozen to a GraphDef; inputs as (signature name, placeholder op name)."""
     import tensorflow as tf
-    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
 
     try:
         loaded = tf.saved_model.load(str(path))
-    except Exception as exc:  # corrupt or incompatible SavedModel
+    except Exception as exc:  # noqa: BLE001 - corrupt or incompatible SavedModel
         raise AoeError(f"{str(path)!r} is not a loadable SavedModel ({type(exc).__name__}: {str(exc)[:200]})") from None
     sigs = getattr(loaded, "signatures", {}) or {}
     if not sigs:
         raise AoeError(f"SavedModel {str(path)!r} has no signatures; export it with a serving signature "
                        "(model.export(path) or tf.saved_model.save(..., signatures=...))")
-    fn = sigs[_SIGNATURE] if _SIGNATURE in sigs else sigs[sorted(sigs)[0]]
+    fn = sigs[_SIGNATURE] if _SIGNATURE in sigs else sigs[min(sigs)]
     frozen = convert_variables_to_constants_v2(fn)
     _, kw = fn.structured_input_signature
     names = sorted(kw) if kw else []
@@ -123,7 +125,7 @@ def _import(gd: Any, inputs: list[tuple[str, str]], outputs: list[str], shapes: 
             fixed.append(p)
         try:
             outs = tf.graph_util.import_graph_def(gd, input_map=input_map, return_elements=outputs, name="")
-        except Exception as exc:  # shape conflicts or unknown ops in the GraphDef
+        except Exception as exc:  # noqa: BLE001 - shape conflicts or unknown ops in the GraphDef
             raise AoeError(f"{name!r}: TensorFlow cannot import the graph with these input shapes "
                            f"({type(exc).__name__}: {str(exc)[:300]})") from None
     outs = [o for o in outs if hasattr(o, "dtype")]

@@ -9,13 +9,14 @@ kernel) or stored in the same variable.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 # axis of an NHWC tensor -> axis of its NCHW form
 NHWC_TO_NCHW_AXIS = {0: 0, 1: 2, 2: 3, 3: 1}
 _CONV_LIKE = {"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "MaxPool", "MaxPoolV2", "AvgPool",
               "MaxPoolGrad", "AvgPoolGrad", "FusedBatchNormV3", "FusedBatchNorm", "FusedBatchNormV2",
-              "DepthwiseConv2dNative"}
+              "DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropInput", "DepthwiseConv2dNativeBackpropFilter"}
 # elementwise ops through which "this is a filter" propagates (same shape in and out)
 _ELEMENTWISE = {"Identity", "Cast", "Mul", "AddV2", "Add", "Sub", "RealDiv", "Div", "Sqrt", "Square", "Neg",
                 "AddN", "Maximum", "Minimum", "Pow", "Rsqrt", "Abs", "Sign", "StopGradient", "IdentityN",
@@ -52,9 +53,10 @@ def filter_tensors(ops: list[Any], var_of: dict[str, str]) -> set[str]:
 
         for op in ops:
             t = op.type
-            if t in ("Conv2D", "Conv2DBackpropInput", "DepthwiseConv2dNative") and len(op.inputs) > 1:
+            if t in ("Conv2D", "Conv2DBackpropInput", "DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropInput") \
+                    and len(op.inputs) > 1:
                 mark(op.inputs[1])
-            elif t == "Conv2DBackpropFilter":
+            elif t in ("Conv2DBackpropFilter", "DepthwiseConv2dNativeBackpropFilter"):
                 filt.add(op.outputs[0].name)
             elif t == "ReadVariableOp":
                 v = var_of.get(op.inputs[0].name)

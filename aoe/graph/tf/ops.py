@@ -10,7 +10,8 @@ channel axis (what CANN's BiasAddGrad computes), ``Softmax`` -> ``SoftmaxV2``, `
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from . import layout
 from .convert import Converter
@@ -190,23 +191,46 @@ def h_conv_bp_filter(cv: Converter, op: Any) -> None:
     cv.emit(op, "Conv2DBackpropFilter", [cv.inp(x), cv.inp(dy)], attrs)
 
 
+def _depthwise_filter(cv: Converter, op: Any, w: Any) -> str:
+    """TF's depthwise filter [kh, kw, Cin, mult] as the IR's grouped weight [Cin*mult, 1, kh, kw] (a view)."""
+    ws = cv.tf_shape(w)
+    wt = cv.inp(w)
+    want = (ws[2] * ws[3], 1, ws[0], ws[1])
+    if cv.tensors[wt].shape == want:
+        return wt
+    view = cv.new_tensor(f"{wt}/grouped", want, cv.tensors[wt].dtype)
+    cv.emit(op, "Reshape", [wt], {"view": True, "shape": list(want)}, outputs=[view], name=f"{op.name}/filter")
+    return view
+
+
 def h_depthwise(cv: Converter, op: Any) -> None:
     x, w = op.inputs[0], op.inputs[1]
     ws = cv.tf_shape(w)  # kh, kw, Cin, multiplier
     attrs = _conv_attrs(cv, op, cv.tf_shape(x), ws)
     attrs["groups"] = ws[2]
-    # the IR's grouped-convolution weight is [Cout, 1, kh, kw]; TF's [kh, kw, Cin, mult] is read as that
-    wt = cv.inp(w)
-    t = cv.tensors[wt]
-    want = (ws[2] * ws[3], 1, ws[0], ws[1])
-    if t.shape != want:
-        view = cv.new_tensor(f"{wt}/as_oihw", want, t.dtype, t.kind if t.kind != "input" else "activation")
-        if t.kind == "activation":
-            cv.emit(None, "Reshape", [wt], {"view": True, "shape": list(want)}, outputs=[view], name=f"{op.name}/filter")
-        else:
-            cv.tensors[view].kind = t.kind
-        wt = view
-    cv.emit(op, "Conv2D", [cv.inp(x), wt], attrs)
+    cv.emit(op, "Conv2D", [cv.inp(x), _depthwise_filter(cv, op, w)], attrs)
+
+
+def h_depthwise_bp_input(cv: Converter, op: Any) -> None:
+    w, dy = op.inputs[1], op.inputs[2]
+    ws = cv.tf_shape(w)
+    attrs = _conv_attrs(cv, op, cv.tf_shape(op.outputs[0]), ws)
+    attrs.pop("has_bias")
+    attrs.update(groups=ws[2], input_size=list(cv.ir_shape(op.outputs[0])))
+    cv.emit(op, "Conv2DBackpropInput", [_depthwise_filter(cv, op, w), cv.inp(dy)], attrs)
+
+
+def h_depthwise_bp_filter(cv: Converter, op: Any) -> None:
+    x, dy, out = op.inputs[0], op.inputs[2], op.outputs[0]
+    ws = cv.tf_shape(out)
+    attrs = _conv_attrs(cv, op, cv.tf_shape(x), ws)
+    attrs.pop("has_bias")
+    grouped = (ws[2] * ws[3], 1, ws[0], ws[1])
+    attrs.update(groups=ws[2], filter_size=list(grouped))
+    g = cv.new_tensor(f"{op.name}/grouped", grouped, cv.ir_dtype(out.dtype))
+    cv.emit(op, "Conv2DBackpropFilter", [cv.inp(x), cv.inp(dy)], attrs, outputs=[g])
+    cv.emit(op, "Reshape", [g], {"view": True, "shape": list(cv.ir_shape(out))}, outputs=[cv.out(out)],
+            name=f"{op.name}/as_variable")
 
 
 def h_matmul(cv: Converter, op: Any) -> None:
@@ -404,7 +428,7 @@ def h_xent(cv: Converter, op: Any) -> None:
 
 
 def h_fused_bn(cv: Converter, op: Any) -> None:
-    x, scale, offset, mean, var = op.inputs[:5]
+    x, scale = op.inputs[:2]
     eps = float(_attr(op, "epsilon", 1e-3))
     outs = op.outputs
     if not bool(_attr(op, "is_training", True)):
@@ -462,7 +486,8 @@ def h_iterator(cv: Converter, op: Any) -> None:
 _HANDLERS: dict[str, Callable[[Converter, Any], None]] = {
     "AddN": h_addn, "Cast": h_cast, "Reshape": h_view, "Squeeze": h_view, "ExpandDims": h_view,
     "Conv2D": h_conv2d, "Conv2DBackpropInput": h_conv_bp_input, "Conv2DBackpropFilter": h_conv_bp_filter,
-    "DepthwiseConv2dNative": h_depthwise,
+    "DepthwiseConv2dNative": h_depthwise, "DepthwiseConv2dNativeBackpropInput": h_depthwise_bp_input,
+    "DepthwiseConv2dNativeBackpropFilter": h_depthwise_bp_filter,
     "MatMul": h_matmul, "BatchMatMul": h_matmul, "BatchMatMulV2": h_matmul, "BatchMatMulV3": h_matmul,
     "BiasAdd": h_bias_add, "BiasAddV1": h_bias_add, "BiasAddGrad": h_bias_add_grad,
     "Softmax": h_softmax, "LogSoftmax": h_softmax, "Transpose": h_transpose, "ConcatV2": h_concat,

@@ -64,7 +64,7 @@ def find_regions(ops: list[Any], live: set[str], var_of: dict[str, str], var_nam
 def _gelu_scope(name: str) -> str | None:
     scope = name.rsplit("/", 1)[0] if "/" in name else ""
     last = scope.rsplit("/", 1)[-1]
-    return scope if last.startswith("Gelu") or last.startswith("gelu") else None
+    return scope if last.startswith(("Gelu", "gelu")) else None
 
 
 def _collect(by_name: dict[str, Any], scope: str) -> tuple[set[str], set[str]]:
@@ -233,7 +233,7 @@ def _bn_infer_region(rsqrt: Any, by_name: dict[str, Any], live: set[str]) -> Reg
     if any(n in live for n in grad):
         return None  # differentiated through fixed statistics: leave it decomposed
     region = {n for n in fwd if n.startswith(b)}
-    ins, outs = _boundary(by_name, region, live)
+    _, outs = _boundary(by_name, region, live)
     mul = parts["mul"]
     gamma = next((t for t in mul.inputs if t.op.name != rsqrt.name), None)
     var = parts["add"].inputs[0]
@@ -288,7 +288,7 @@ def _epsilon(by_name: dict[str, Any], fwd: set[str]) -> float:
                             v = tf.get_static_value(t)
                             if v is not None and getattr(v, "size", 0) == 1:
                                 return float(v.reshape(-1)[0])
-                        except Exception:  # an unreadable constant: keep the default
+                        except Exception:  # noqa: BLE001, S110 - an unreadable constant: keep the default
                             pass
     return 1e-3
 
