@@ -14,6 +14,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "graph": ("aoe.ops.coverage:graph_main", "import a model and print its operator summary"),
     "bank": ("aoe.bank.cli", "inspect, export, import and verify knowledge banks"),
     "verify": ("aoe.job.cli:verify_main", "compare a model's simulated time with default strategies vs. the banks"),
+    "report": ("aoe.report.cli:report_main", "write the HTML report of a tuning job's result file"),
+    "explain": ("aoe.report.cli:explain_main", "one operator's default vs tuned strategy, pipe by pipe"),
 }
 
 USAGE = """usage: aoe --model/-m MODEL --job_type/-j 1|2 [options]     tune a model (the AOE job)
@@ -33,7 +35,8 @@ Run `aoe <command> --help` for the options of one command.
 # options that start a tuning job (`aoe -m MODEL -j 2 ...`) rather than a sub-command
 JOB_OPTIONS = ("-m", "--model", "-j", "--job_type", "--singleop", "-f", "--framework", "--soc_version",
                "--input_shape", "--training", "--output", "--tune_ops_file", "--device", "--reload",
-               "--progress_bar", "--work_path", "--config", "--compute_dtype", "--summary_top")
+               "--progress_bar", "--work_path", "--config", "--compute_dtype", "--summary_top",
+               "--report")
 
 
 def _usage() -> str:

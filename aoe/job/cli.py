@@ -104,6 +104,9 @@ def job_parser() -> argparse.ArgumentParser:
     p.add_argument("--singleop", metavar="FILE", help="tune the single operators described in FILE (job type 2)")
     p.add_argument("--work_path", metavar="DIR", help="where result files go (default $ASCEND_WORK_PATH or .)")
     p.add_argument("--config", metavar="FILE", help="the aoe.ini file (default $AOE_CONFIG or ./aoe.ini)")
+    p.add_argument("--report", choices=["on", "off"], default=None,
+                   help="write the HTML report beside the result file (default: on when the report extra, "
+                        "matplotlib, is installed)")
     p.add_argument("--summary_top", type=int, default=10, metavar="N",
                    help="operators shown in the final summary (default 10)")
     p.add_argument("--search_budget", type=int, default=None, help=argparse.SUPPRESS)
@@ -151,7 +154,11 @@ def main(argv: list[str]) -> int:
     spec = JobSpec(mode=mode, model=model, framework=framework, input_shape=args.input_shape,
                    training=args.training, soc=args.soc_version, tune_ops=tune_ops,
                    compute_dtype=args.compute_dtype, output=None if args.output is None else Path(args.output))
-    result = run_job(spec, settings, out=_print)
+    if args.report == "on":
+        from ..report.charts import require_matplotlib  # the extra is missing: fail before tuning
+
+        require_matplotlib()
+    result = run_job(spec, settings, out=_print, report_html={"on": True, "off": False}.get(args.report))
     _print("")
     for line in result.summary_lines(args.summary_top):
         _print(line)

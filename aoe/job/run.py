@@ -68,6 +68,7 @@ class JobResult:
     output: Path | None = None
     skipped: list[dict[str, Any]] | None = None  # operators not priced: {"op", "op_type", "reason"}
     skipped_log: Path | None = None     # the same list in a file beside the result file
+    report_html: Path | None = None     # the HTML report beside the result file (aoe.report)
 
     @property
     def exit_code(self) -> int:
@@ -91,6 +92,8 @@ class JobResult:
         lines.append(f"result file: {self.result_file}")
         if self.skipped_log is not None:
             lines.append(f"skipped operators (name, type, reason): {self.skipped_log}")
+        if self.report_html is not None:
+            lines.append(f"report: {self.report_html}")
         if self.bank_dir is not None:
             lines.append(f"custom bank: {self.bank_dir}")
         if self.output is not None:
@@ -169,8 +172,11 @@ class _JobEvents(Events):
 
 def run_job(spec: JobSpec, settings: JobSettings, *, out: Callable[[str], None] | None = print,
             result_file: ResultFile | None = None, install_signals: bool = True,
-            graph: Any = None) -> JobResult:
-    """Run one tuning task (see the module docstring). `result_file`: add the task to that file."""
+            graph: Any = None, report_html: bool | None = False) -> JobResult:
+    """Run one tuning task (see the module docstring). `result_file`: add the task to that file.
+
+    `report_html`: also write the HTML report beside the result file (None: when matplotlib is installed).
+    """
     kind = KIND[spec.mode]
     soc = load_soc(spec.soc)
     if spec.mode == 1:
@@ -204,6 +210,17 @@ def run_job(spec: JobSpec, settings: JobSettings, *, out: Callable[[str], None] 
             lock.release()
     if spec.output is not None and res.status != INCOMPLETE:
         res.output = write_tuned_model(spec.output, graph, soc, spec.mode, settings, tuning_name)
+    if report_html is not False and res.status != INCOMPLETE:
+        from .. import report as rep  # lazily: matplotlib
+
+        if report_html or rep.report_available():
+            try:
+                res.report_html = rep.write_report(
+                    res.result_file, graph, soc, task=res.report_key, op_bank_dir=settings.op_bank_dir,
+                    subgraph_bank_dir=settings.subgraph_bank_dir, model=spec.describe(), settings=settings.describe())
+            except Exception as exc:  # noqa: BLE001 - the tuning is done and saved: say so, keep the exit code
+                _warn(f"no HTML report: {exc}" if isinstance(exc, AoeError) else
+                      f"no HTML report ({type(exc).__name__}: {exc}); the tuning result is complete")
     return res
 
 
