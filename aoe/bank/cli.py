@@ -1,4 +1,4 @@
-"""`aoe bank`: list, show, export, import and verify knowledge banks."""
+"""`aoe bank`: list, show, export, import, verify and compact knowledge banks."""
 from __future__ import annotations
 
 import argparse
@@ -34,7 +34,11 @@ EPILOG = """commands:
   export FILE      write the custom bank (operator + subgraph records) as one JSON Lines file
   import FILE      merge such a file into the custom bank, keeping the better strategy per case
                    (known perf beats unknown; equal or unknown keeps what is there)
-  verify           check every bank file; exit 1 and print file:line for each damaged record
+  verify           check every bank file; exit 1 and print file:line for each damaged record (and
+                   each FIFO, device or multiply-linked file); also counts superseded lines
+                   awaiting compaction (not damage)
+  compact          rewrite the custom bank's files with one line per case (saves append; this
+                   restores CANN's one-record-per-case layout); damaged lines are kept
 
 exit codes: 0 ok, 1 damage found (verify) or records rejected (import), 2 usage or environment error"""
 
@@ -58,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     imp.add_argument("--force", action="store_true",
                      help="import records exported for another SoC/core count")
     sub.add_parser("verify", help="check the banks; non-zero exit on damage")
+    sub.add_parser("compact", help="one line per case in the custom bank's files")
     return p
 
 
@@ -184,12 +189,22 @@ def _import(b: _Banks, file: str, force: bool) -> int:
     return 1 if rejected else 0
 
 
-def _verify_opbank(bank: OpBank) -> tuple[int, list[str]]:
-    n_ok, bad = 0, []
+def _verify_opbank(bank: OpBank) -> tuple[int, list[str], int]:
+    n_ok, bad, dups = 0, [], 0
     for op in bank.op_types():
+        path = bank.path_for(op)
+        try:
+            st = os.lstat(path)
+            if not os.path.islink(path):
+                jsonl.check_regular(path, st)
+        except jsonl.NotRegular as exc:
+            bad.append(f"{path}: {exc}")
+            continue
+        except OSError:
+            pass
         f = bank.file(op)
-        path = f.lines.path
         schema = f.schema
+        dups += f.dups
         bad += [f"{path}:{n}: {why}" for n, why in f.lines.problems]
         for i, rec in enumerate(f.lines.recs):
             if rec is None:
@@ -198,6 +213,7 @@ def _verify_opbank(bank: OpBank) -> tuple[int, list[str]]:
             try:
                 packed = schema.pack(op, rec["info_dict"])
                 schema.check_knowledge(op, rec["knowledge"])
+                schema.check_ranges(op, rec["info_dict"], rec["knowledge"])
             except BankKeyError as exc:
                 bad.append(f"{path}:{n}: {exc}")
                 continue
@@ -206,15 +222,16 @@ def _verify_opbank(bank: OpBank) -> tuple[int, list[str]]:
                            f"({bank.hash_fn(packed)}): this record can never be found")
                 continue
             n_ok += 1
-    return n_ok, bad
+    return n_ok, bad, dups
 
 
 def _verify(b: _Banks) -> int:
-    n_ok, bad = 0, []
+    n_ok, bad, dups = 0, [], 0
     for bank in (b.custom, b.builtin):
-        k, problems = _verify_opbank(bank)
+        k, problems, d = _verify_opbank(bank)
         n_ok += k
         bad += problems
+        dups += d
     sg = b.subgraph.problems()
     bad += [f"{b.subgraph.path}:{n}: {why}" for n, why in sg]
     n_ok += sum(1 for _ in b.subgraph.entries())
@@ -222,7 +239,16 @@ def _verify(b: _Banks) -> int:
         print(line)
     print(f"verified: {n_ok} good records, {len(bad)} damaged "
           f"({b.custom.root}, built-in, {b.subgraph.path})")
+    if dups:
+        print(f"{dups} superseded lines awaiting compaction (not damage; `aoe bank compact` removes them)")
     return 1 if bad else 0
+
+
+def _compact(b: _Banks) -> int:
+    done = b.custom.compact()
+    print(f"compacted {len(done)} operator files in {b.custom.dir}: {sum(done.values())} superseded "
+          f"lines removed")
+    return 0
 
 
 def main(argv: list[str]) -> int:
@@ -244,6 +270,8 @@ def main(argv: list[str]) -> int:
             return _export(b, args.file)
         if args.cmd == "import":
             return _import(b, args.file, args.force)
+        if args.cmd == "compact":
+            return _compact(b)
         return _verify(b)
 
 

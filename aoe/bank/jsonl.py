@@ -1,17 +1,25 @@
-"""Tolerant JSON Lines files with locked, atomic, merge-on-write updates — the bank's storage layer.
+"""Tolerant JSON Lines files: locked appends, incremental reads, atomic rewrites — the bank's storage layer.
 
 Guarantees:
-- Readers never see a partial file: a writer writes a temp file in the same directory, fsyncs it and
-  `os.replace`s it over the bank file (then fsyncs the directory). A writer killed at any instant
-  leaves either the old or the new file, plus at most a hidden temp file that loading ignores and the
-  next writer (holding the lock, so it cannot be anybody's live temp file) removes.
-- No update is lost: writers take an exclusive `flock` on a hidden sidecar lock file
-  (`.<name>.lock`; the bank file itself is replaced on every write, so it cannot carry the lock),
-  re-read the current file under the lock, merge, and only then replace it.
-- A corrupt or truncated line is skipped with a warning naming file and line, and is KEPT: every
-  rewrite writes it back verbatim at its position. `aoe bank verify` lists such lines.
-- Files are opened with O_NOFOLLOW: a symlink planted in a shared bank cannot make us read (and
-  copy into the bank) or write some other file.
+- A save is O(1) in the file's size: under an exclusive `flock` on a hidden sidecar lock file
+  (`.<name>.lock`; a compaction replaces the bank file, so it cannot carry the lock) the writer
+  catches up with lines appended since it last read (`refresh`), decides, appends its new lines in
+  one `write` and fdatasyncs. No update is lost: every decision is taken on the file as it is under
+  the lock.
+- Torn appends: a writer killed mid-`write` leaves a last line without its newline. Readers ignore
+  such a fragment (it may also be an append in flight); the next writer, holding the lock, cuts it
+  off with a warning (a fragment that is a valid record, e.g. a hand-made file without a final
+  newline, is kept and terminated instead). So a torn line is never read as a record nor propagated.
+- Readers pick up appended lines incrementally (`refresh` parses only the bytes past the last
+  complete line it read); a replaced file (new inode) or one that shrank is read again in full.
+- Compaction (`rewrite`) writes a temp file in the same directory, fsyncs it and `os.replace`s it over
+  the bank file (then fsyncs the directory): readers see the old file or the new one.
+- A corrupt line in the middle of a file is skipped with a warning naming file and line, and is KEPT:
+  appends never touch it and a rewrite writes it back verbatim at its position. `aoe bank verify`
+  lists such lines.
+- Hostile files: bank and lock files are opened with O_NOFOLLOW (a planted symlink is refused) and
+  O_NONBLOCK (a planted FIFO cannot hang a reader), must be regular files, and must have one hard link
+  (a planted hard link to someone else's file would make a write copy its lines into the bank).
 """
 from __future__ import annotations
 
@@ -27,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..durable import atomic_replace
+from ..durable import atomic_replace, umask
 from ..errors import AoeError
 from .paths import share_like_dir
 
@@ -98,6 +106,9 @@ class Lines:
     linenos: list[int] = field(default_factory=list)  # 1-based line number in the file as read
     problems: list[tuple[int, str]] = field(default_factory=list)  # (line number, reason)
     sig: Signature | None = None  # None: the file did not exist
+    offset: int = 0  # bytes consumed: the end of the last newline-terminated line read
+    nlines: int = 0  # newline-terminated lines consumed (blank ones included): numbering goes on from here
+    open_tail: bool = False  # a record without its final newline was read: next refresh reads it all again
 
     def add(self, raw: bytes, rec: Any) -> int:
         """Append a line; return its index."""
@@ -130,9 +141,17 @@ def current_signature(path: str) -> Signature | None:
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
-def _open_nofollow(path: Path) -> int:
+class NotRegular(AoeError):
+    """A bank path is a FIFO, device, directory or a file with several hard links: refused."""
+
+
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def _open_checked(path: Path, flags: int = _READ_FLAGS, mode: int = 0o600) -> tuple[int, os.stat_result]:
+    """Open a bank file without following links or blocking; refuse non-regular and multiply-linked files."""
     try:
-        return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, flags, mode)
     except FileNotFoundError:
         raise
     except PermissionError:
@@ -142,34 +161,84 @@ def _open_nofollow(path: Path) -> int:
         if exc.errno == errno.ELOOP:  # the final component is a symlink
             raise AoeError(f"bank file {path} is a symbolic link; aoe refuses to follow links inside "
                            f"a bank directory (remove the link)") from None
-        raise AoeError(f"cannot read bank file {path}: {exc.strerror}") from None
+        raise AoeError(f"cannot open bank file {path}: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        check_regular(path, st)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def check_regular(path: Path, st: os.stat_result) -> None:
+    """Raise NotRegular unless `st` is a regular file with a single hard link."""
+    if not stat.S_ISREG(st.st_mode):
+        raise NotRegular(f"bank path {path} is not a regular file (a FIFO, device or directory); "
+                         f"remove it")
+    if st.st_nlink > 1:
+        raise NotRegular(f"bank file {path} has {st.st_nlink} hard links; aoe refuses multiply-linked "
+                         f"bank files (a planted link could copy another file into the bank): remove it "
+                         f"or replace it by a copy")
+
+
+def _read_from(fd: int, offset: int, size: int) -> bytes:
+    chunks, pos = [], offset
+    while pos < size:
+        b = os.pread(fd, min(1 << 24, size - pos), pos)
+        if not b:
+            break
+        chunks.append(b)
+        pos += len(b)
+    return b"".join(chunks)
 
 
 def read_lines(path: Path, check: Callable[[Any], str | None], warn: bool = True) -> Lines:
     """Read a JSON Lines file; records failing JSON or `check` (returns a reason) are marked damaged."""
     out = Lines(path)
     try:
-        fd = _open_nofollow(path)
+        fd, st = _open_checked(path)
     except FileNotFoundError:
         return out
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise AoeError(f"bank path {path} is not a regular file; remove it")
-        chunks = []
-        while True:
-            b = os.read(fd, 1 << 24)
-            if not b:
-                break
-            chunks.append(b)
+        data = _read_from(fd, 0, st.st_size)
     finally:
         os.close(fd)
     out.sig = signature(st)
     with gc_paused():
-        _parse(b"".join(chunks), check, out)
+        _parse(data, check, out)
     if warn and out.problems:
         warn_problems(path, out.problems)
     return out
+
+
+def refresh(lines: Lines, check: Callable[[Any], str | None], warn: bool = True) -> tuple[Lines, int]:
+    """Catch up with the file: (lines, index of the first new line). Reads only appended bytes when
+    the file grew in place; a new inode, a shrink or a rewritten tail reads it all (index 0)."""
+    path = lines.path
+    try:
+        fd, st = _open_checked(path)
+    except FileNotFoundError:
+        return Lines(path), 0
+    try:
+        sig = signature(st)
+        if sig == lines.sig:
+            return lines, len(lines.raw)
+        if (lines.sig is None or lines.open_tail or sig[2] != lines.sig[2] or st.st_size < lines.offset
+                or (lines.offset and os.pread(fd, 1, lines.offset - 1) != b"\n")):
+            data, fresh = _read_from(fd, 0, st.st_size), Lines(path)
+        else:
+            data, fresh = _read_from(fd, lines.offset, st.st_size), lines
+    finally:
+        os.close(fd)
+    first = len(fresh.raw)
+    n_problems = len(fresh.problems)
+    fresh.sig = sig
+    with gc_paused():
+        _parse(data, check, fresh)
+    if warn and len(fresh.problems) > n_problems:
+        warn_problems(path, fresh.problems[n_problems:])
+    return fresh, first
 
 
 @contextmanager
@@ -186,8 +255,13 @@ def gc_paused() -> Iterator[None]:
 
 
 def _parse(data: bytes, check: Callable[[Any], str | None], out: Lines) -> None:
+    """Parse `data` (the bytes at `out.offset`) into `out`; a last fragment without its newline is
+    taken only when it is a valid record, and is never reported (it may be an append in flight)."""
     raw, recs, linenos, problems = out.raw, out.recs, out.linenos, out.problems
-    for n, line in enumerate(data.split(b"\n"), 1):
+    parts = data.split(b"\n")
+    tail = parts.pop()  # b"" when the data ends with a newline
+    base = out.nlines
+    for n, line in enumerate(parts, base + 1):
         if line.endswith(b"\r"):
             line = line[:-1]
         if not line or line.isspace():  # (isspace stops at the first non-space: no copy)
@@ -205,6 +279,31 @@ def _parse(data: bytes, check: Callable[[Any], str | None], out: Lines) -> None:
         raw.append(line)
         recs.append(rec)
         linenos.append(n)
+    out.nlines = base + len(parts)
+    out.offset += len(data) - len(tail)
+    out.open_tail = False
+    t = tail.rstrip(b"\r")
+    if t and not t.isspace():
+        try:
+            rec = _loads(t)
+        except _JSONError:
+            return  # torn: ignored here, cut off by the next writer
+        if check(rec) is None:
+            raw.append(t)
+            recs.append(rec)
+            linenos.append(out.nlines + 1)
+            out.open_tail = True
+
+
+def torn_tail(data: bytes, check: Callable[[Any], str | None]) -> bool:
+    """True if the last fragment of `data` (no final newline) is not a valid record: a torn append."""
+    tail = data[data.rfind(b"\n") + 1:].rstrip(b"\r")
+    if not tail or tail.isspace():
+        return False
+    try:
+        return check(_loads(tail)) is not None
+    except _JSONError:
+        return True
 
 
 def warn_problems(path: Path, problems: list[tuple[int, str]]) -> None:
@@ -222,7 +321,7 @@ def locked(path: Path) -> Iterator[None]:
     """Hold an exclusive flock on `path`'s sidecar lock file (created shared like its directory)."""
     lock = path.with_name(f".{path.name}.lock")
     dir_st = os.stat(path.parent)
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     try:
         try:
             fd = os.open(lock, flags | os.O_CREAT | os.O_EXCL, 0o600)
@@ -237,6 +336,8 @@ def locked(path: Path) -> Iterator[None]:
                        f"{path.parent} needs read, write and execute permission for every user "
                        f"sharing it") from None
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise AoeError(f"the lock file {lock} is not a regular file (a FIFO or device?); remove it")
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
@@ -270,6 +371,88 @@ def atomic_write(path: Path, data: bytes) -> Signature:
     return signature(st)
 
 
+_APPEND_FLAGS = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def append(lines: Lines, new_raw: list[bytes]) -> Lines:
+    """Append `new_raw` lines durably; call only while holding `locked(lines.path)` on freshly
+    refreshed `lines`. Cuts a torn last line first. Returns `lines` updated to the new end."""
+    path = lines.path
+    created = False
+    try:
+        try:
+            fd, st = _open_checked(path, _APPEND_FLAGS)
+        except FileNotFoundError:
+            dir_st = os.stat(path.parent)
+            fd = os.open(path, _APPEND_FLAGS | os.O_CREAT | os.O_EXCL, 0o666 & ~umask())
+            created = True
+            try:
+                share_like_dir(fd, dir_st)
+            except OSError:
+                pass
+            st = os.fstat(fd)
+    except PermissionError as exc:
+        raise AoeError(f"cannot write bank file {path}: {exc.strerror}; the bank directory needs read, "
+                       f"write and execute permission (set TUNE_BANK_PATH to a writable directory)") from None
+    try:
+        if signature(st) != lines.sig and not (created and lines.sig is None):
+            raise AoeError(f"bank file {path} changed under aoe's lock (edited by a program that does "
+                           f"not take the lock?); the save was not done: run the job again")
+        size = st.st_size
+        prefix = b""
+        if size > lines.offset:
+            if lines.open_tail:  # a valid last record without its newline: terminate it
+                prefix = b"\n"
+                lines.nlines += 1
+                lines.offset = size + 1
+            else:  # a torn append of a killed writer: cut it off (no writer is live: we hold the lock)
+                os.ftruncate(fd, lines.offset)
+                warnings.warn(f"{path}: cut off an incomplete last line ({size - lines.offset} bytes) left "
+                              f"by an interrupted write", BankWarning, stacklevel=3)
+        data = prefix + b"".join(r + b"\n" for r in new_raw)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fdatasync(fd)
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if created:
+        _fsync_dir(path.parent)
+    lines.open_tail = False
+    for r in new_raw:
+        lines.nlines += 1
+        lines.raw.append(r)
+        lines.recs.append(None)  # the caller sets the parsed record
+        lines.linenos.append(lines.nlines)
+    lines.offset = st.st_size
+    lines.sig = signature(st)
+    return lines
+
+
+def _fsync_dir(d: Path) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def rewrite(lines: Lines) -> Lines:
+    """Replace the file by `lines` atomically (compaction); call only while holding the lock."""
+    lines.sig = atomic_write(lines.path, lines.content())
+    why = dict(lines.problems)
+    lines.problems = [(i + 1, why[n]) for i, n in enumerate(lines.linenos) if n in why]
+    lines.linenos = list(range(1, len(lines.raw) + 1))
+    lines.nlines = len(lines.raw)
+    lines.offset = lines.sig[1]
+    lines.open_tail = False
+    return lines
+
+
 def remove_stale_temps(path: Path) -> None:
     """Delete temp files of `path` left by killed writers; call only while holding `locked(path)`."""
     prefix = f".{path.name}."
@@ -292,9 +475,5 @@ def update(path: Path, check: Callable[[Any], str | None],
         remove_stale_temps(path)
         cur = read_lines(path, check)
         if merge(cur):
-            cur.sig = atomic_write(path, cur.content())
-            # damaged lines were written back; renumber everything as it now stands in the file
-            why = dict(cur.problems)
-            cur.problems = [(i + 1, why[n]) for i, n in enumerate(cur.linenos) if n in why]
-            cur.linenos = list(range(1, len(cur.raw) + 1))
+            rewrite(cur)  # damaged lines are written back and renumbered as they now stand
         return cur

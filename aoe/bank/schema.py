@@ -72,6 +72,13 @@ VECTOR_KEY = ("op_type", "input_shapes", "input_dtypes", "input_formats", "outpu
 VECTOR_KNOWLEDGE = ("blockDim", "tileLen", "doubleBuffer", "impl")
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+KNOWLEDGE_MAX = (1 << 31) - 1  # CANN's tiling fields are int32/uint32: a larger value is damage
+_INT_ONLY = {int}
+
+
+def _tuple_getter(fields: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    g = operator.itemgetter(*fields)
+    return g if len(fields) > 1 else (lambda d: (g(d),))
 _U32 = struct.Struct("<I")
 
 
@@ -101,6 +108,10 @@ class OpSchema:
     _struct: struct.Struct | None = field(default=None, compare=False, repr=False)
     _getter: Callable[[Mapping[str, Any]], tuple[Any, ...]] | None = field(
         default=None, compare=False, repr=False)
+    _kget: Callable[[Mapping[str, Any]], tuple[Any, ...]] | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_kget", _tuple_getter(self.knowledge_fields))
 
     def pack(self, op_type: str, info: Mapping[str, Any]) -> bytes:
         """Pack an exact (canonical) info_dict into the bytes the id hashes; raise BankKeyError if off-schema."""
@@ -174,6 +185,31 @@ class OpSchema:
             if not _is_int(v) or not _INT64_MIN <= v <= _INT64_MAX:
                 raise BankKeyError(f"{op_type} knowledge field {f!r} must be an int64 integer, got {v!r}")
 
+
+    def record_problem(self, info: Mapping[str, Any], knowledge: Mapping[str, Any]) -> str | None:
+        """Why a stored (packable) record is out of range, or None: every knowledge field an integer in
+        [0, KNOWLEDGE_MAX], MatMul/Conv key fields non-negative. Fast: it runs on every loaded line."""
+        try:
+            vals = self._kget(knowledge)  # type: ignore[misc]
+        except KeyError as exc:
+            return f"knowledge is missing field {exc.args[0]!r}"
+        except TypeError:
+            return "knowledge is not an object"
+        if set(map(type, vals)) != _INT_ONLY or min(vals) < 0 or max(vals) > KNOWLEDGE_MAX:
+            bad = next((f, v) for f, v in zip(self.knowledge_fields, vals)
+                       if type(v) is not int or not 0 <= v <= KNOWLEDGE_MAX)
+            return f"knowledge field {bad[0]!r} = {bad[1]!r} is not an integer in [0, {KNOWLEDGE_MAX}]"
+        if self._getter is not None:
+            kv = self._getter(info)
+            if min(kv) < 0:
+                return f"a key field is negative: {dict(zip(self.key_fields, kv))}"
+        return None
+
+    def check_ranges(self, op_type: str, info: Mapping[str, Any], knowledge: Mapping[str, Any]) -> None:
+        """Raise BankKeyError when `record_problem` finds one (what a save refuses to store)."""
+        why = self.record_problem(info, knowledge)
+        if why is not None:
+            raise BankKeyError(f"{op_type}: {why}")
 
     def to_vector(self, knowledge: Mapping[str, Any]) -> list[int]:
         """The schema knowledge fields in registry order (the simulator's strategy vector)."""

@@ -12,13 +12,20 @@ File: `<op bank dir>/unified_bank/<soc>_<core_num>_AiCore_<OpType>_runtime_kb.js
   performance is unknown.
 - Replacing a case keeps the better strategy: a new record wins iff its `perf_us` is known and the
   existing one's is unknown or larger. Same rule for tuning writes and for `aoe bank import`.
-- When a file has several records with the same key, the last one counts.
+- When a file has several records with the same key, the last one counts: a save appends the new
+  record (O(1) in the file's size) and `compact` (or `aoe bank compact`; also done by a save once the
+  superseded lines outnumber the live ones) rewrites the file with one line per case, the winner at
+  the place of the case's first line, damaged lines kept — CANN's format.
+- Every record is validated on load: key fields in range, every knowledge field an integer in
+  [0, 2^31), `perf_us` / `default_perf_us` finite and in (0, 1e12] µs. Anything else is a damaged line
+  (skipped, reported by `aoe bank verify`), so an impossible claim such as 0 µs never wins.
 """
 from __future__ import annotations
 
 import copy
 import os
 import re
+import warnings
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,14 +115,21 @@ class Pending:
     knowledge: dict[str, Any]
     aoe: dict[str, Any]
 
+    # (knowledge, µs): the stored strategy the tuner re-priced before deciding to replace it; when the
+    # bank still holds exactly that strategy, the verified time is compared, not the stored claim
+    over: tuple[dict[str, Any], float] | None = None
+
     @property
     def perf_us(self) -> float | None:
         """The performance the strategy achieved (µs), if known."""
         return _perf(self.aoe.get("perf_us"))
 
 
+MAX_PERF_US = 1e12
+
+
 def _perf(v: Any) -> float | None:
-    return float(v) if type(v) in (int, float) and v >= 0 else None
+    return float(v) if type(v) in (int, float) and 0 < v <= MAX_PERF_US else None
 
 
 def better(new_perf: float | None, old_perf: float | None) -> bool:
@@ -130,21 +144,27 @@ def aoe_fields(perf_us: float | None, default_perf_us: float | None,
     for name, v in (("perf_us", perf_us), ("default_perf_us", default_perf_us)):
         if v is not None:
             if _perf(v) is None:
-                raise AoeError(f"{name} must be a non-negative number of microseconds, got {v!r}")
+                raise AoeError(f"{name} must be a positive number of microseconds up to {MAX_PERF_US:g}, "
+                               f"got {v!r}")
             aoe[name] = float(v)
     return jsonl.plain_json(aoe, "aoe extra fields")
 
 
 def make_pending(op_type: str, key: Mapping[str, Any], knowledge: Mapping[str, Any],
                  perf_us: float | None, default_perf_us: float | None = None,
-                 extra: Mapping[str, Any] | None = None) -> Pending:
-    """Validate and canonicalise one strategy for `save`; raise AoeError when it is off-schema."""
+                 extra: Mapping[str, Any] | None = None,
+                 over: tuple[Mapping[str, Any], float] | None = None) -> Pending:
+    """Validate and canonicalise one strategy for `save`; raise AoeError when it is off-schema.
+
+    `over`: (stored knowledge, its re-priced µs) when the caller measured the strategy it replaces."""
     check_name(op_type, "operator type")
     schema = schema_for(op_type)
     info = schema.canonical_key(op_type, key)
     know = jsonl.plain_json(dict(knowledge), f"{op_type} knowledge")
     schema.check_knowledge(op_type, know)
-    return Pending(op_type, info, know, aoe_fields(perf_us, default_perf_us, extra))
+    schema.check_ranges(op_type, info, know)
+    ov = (dict(over[0]), float(over[1])) if over is not None else None
+    return Pending(op_type, info, know, aoe_fields(perf_us, default_perf_us, extra), ov)
 
 
 def _check_record(op_type: str) -> Callable[[Any], str | None]:
@@ -160,6 +180,12 @@ def _check_record(op_type: str) -> Callable[[Any], str | None]:
             return "'info_dict' or 'knowledge' is not an object"
         if type(rec.get("version", 0)) is not int or type(rec.get("aoe", {})) is not dict:
             return "'version' is not an integer or 'aoe' is not an object"
+        a = rec.get("aoe")
+        if a:
+            for name in ("perf_us", "default_perf_us"):
+                v = a.get(name)
+                if v is not None and _perf(v) is None:
+                    return f"'aoe.{name}' claims an impossible time {v!r} (must be in (0, {MAX_PERF_US:g}] µs)"
         return None
     return check
 
@@ -178,26 +204,39 @@ class OpFile:
         self.lines, self.op_type, self.schema, self.hash_fn, self.source = (
             lines, op_type, schema, hash_fn, source)
         self.index: dict[tuple[int, bytes], int] = {}
-        self._kfields = frozenset(schema.knowledge_fields)
+        self.first: dict[tuple[int, bytes], int] = {}  # where each case first appears (compaction order)
+        self.dups = 0  # superseded lines awaiting compaction
         self.unfit: list[tuple[int, str]] = []  # valid JSON records whose key/knowledge is off-schema
+        self.extend(0)
+
+    def extend(self, start: int) -> None:
+        """Index the lines from `start` on (new lines appended to the file)."""
+        unfit = len(self.unfit)
         with jsonl.gc_paused():
-            for i, rec in enumerate(lines.recs):
+            recs = self.lines.recs
+            for i in range(start, len(recs)):
+                rec = recs[i]
                 if rec is not None:
                     self._register(i, rec)
-        if self.unfit:
-            jsonl.warn_problems(lines.path, self.unfit)
+        if len(self.unfit) > unfit:
+            jsonl.warn_problems(self.lines.path, self.unfit[unfit:])
 
     def _register(self, i: int, rec: dict[str, Any]) -> None:
         try:
             packed = self.schema.pack(self.op_type, rec["info_dict"])
-            # presence only (cheap at load); field types are checked on write and by `verify`
-            if not self._kfields <= rec["knowledge"].keys():
-                self.schema.check_knowledge(self.op_type, rec["knowledge"])
+            why = self.schema.record_problem(rec["info_dict"], rec["knowledge"])
+            if why is not None:
+                raise BankKeyError(why)
         except BankKeyError as exc:
             self.unfit.append((self.lines.linenos[i], f"does not fit the schema: {exc}"))
             return
         h = rec["id"] if "aoe" in rec else self.hash_fn(packed)
-        self.index[(h, packed)] = i
+        k = (h, packed)
+        if self.index.setdefault(k, i) != i:
+            self.index[k] = i
+            self.dups += 1
+        else:
+            self.first[k] = i
 
     def entry(self, i: int) -> Entry:
         """The entry of (indexed) line `i`."""
@@ -207,19 +246,31 @@ class OpFile:
         """Line index of the case with this packed key and id, or None."""
         return self.index.get((h, packed))
 
-    def set_line(self, i: int | None, rec: dict[str, Any]) -> None:
-        """Replace line `i` (or append when None) by `rec`, keeping the index current."""
-        raw = jsonl.dumps(rec)
-        if i is None:
-            i = self.lines.add(raw, rec)
-        else:
-            self.lines.raw[i], self.lines.recs[i] = raw, rec
-        self._register(i, rec)
-
     def entries(self) -> Iterator[Entry]:
-        """Every usable entry (for same-key duplicates only the last), in file order."""
-        for i in sorted(set(self.index.values())):
-            yield self.entry(i)
+        """Every usable entry (for same-key duplicates only the last), in order of first appearance."""
+        for k in sorted(self.first, key=self.first.__getitem__):
+            yield self.entry(self.index[k])
+
+    def canonical(self) -> jsonl.Lines:
+        """The compacted file: one line per case (the winner at the case's first place), damaged lines kept."""
+        out = jsonl.Lines(self.lines.path)
+        firsts = {i: k for k, i in self.first.items()}
+        unfit = {n for n, _ in self.unfit}
+        linenos = self.lines.linenos
+        for i, (raw, rec) in enumerate(zip(self.lines.raw, self.lines.recs)):
+            if i in firsts:
+                w = self.index[firsts[i]]
+                raw, rec = self.lines.raw[w], self.lines.recs[w]
+            elif rec is not None and linenos[i] not in unfit:
+                continue  # a superseded duplicate (or a winner that moves to its case's first place)
+            out.raw.append(raw)  # damaged or off-schema lines are kept verbatim
+            out.recs.append(rec)
+            out.linenos.append(linenos[i])
+        why = dict(self.lines.problems)
+        why.update(self.unfit)
+        out.problems = [(n, why[n]) for n in out.linenos if n in why]
+        out.sig = self.lines.sig
+        return out
 
 
 _FILE_RE = re.compile(r"(?P<soc>[A-Za-z][A-Za-z0-9_]*)_(?P<core>[0-9]+)_AiCore_(?P<op>[A-Za-z][A-Za-z0-9_]*)_runtime_kb\.json")
@@ -253,19 +304,39 @@ class OpBank:
         lines = jsonl.read_lines(path, _check_record(op_type))
         return OpFile(lines, op_type, schema_for(op_type), self.hash_fn, self.source)
 
-    def file(self, op_type: str) -> OpFile:
-        """The current index of `op_type`'s file, re-read only when its stat signature changed.
+    def _catch_up(self, op_type: str, path: Path, f: OpFile | None, writing: bool = False) -> OpFile:
+        """`f` brought up to date with the file: appended lines are parsed and indexed incrementally."""
+        try:
+            if f is None:
+                f = self._load(op_type, path)
+            else:
+                lines, first = jsonl.refresh(f.lines, _check_record(op_type))
+                if lines is f.lines:
+                    f.extend(first)
+                else:
+                    f = OpFile(lines, op_type, f.schema, self.hash_fn, self.source)
+        except jsonl.NotRegular as exc:
+            if writing:
+                raise
+            # a planted FIFO / device / hard link: a reader skips it (a compile must not hang or fail)
+            warnings.warn(f"{exc}; skipped", jsonl.BankWarning, stacklevel=4)
+            f = OpFile(jsonl.Lines(path), op_type, schema_for(op_type), self.hash_fn, self.source)
+            f.lines.sig = jsonl.current_signature(str(path))
+        self._cache[op_type] = (str(path), f.lines.sig, f)
+        return f
 
-        The signature (mtime_ns, size, inode) changes with every aoe write (a new inode) and every
-        in-place edit, so a cached index never hides a new entry.
+    def file(self, op_type: str) -> OpFile:
+        """The current index of `op_type`'s file; new lines are read when its stat signature changed.
+
+        The signature (mtime_ns, size, inode) changes with every append, compaction (a new inode) and
+        in-place edit, so a cached index never hides a new entry; an append costs only its own lines.
         """
         hit = self._cache.get(op_type)
         if hit is not None and (not self.revalidate or jsonl.current_signature(hit[0]) == hit[1]):
             return hit[2]
-        path = hit[0] if hit is not None else str(self.path_for(op_type))
-        f = self._load(op_type, Path(path))  # reports whatever made the stat fail
-        self._cache[op_type] = (path, f.lines.sig, f)
-        return f
+        if hit is not None:
+            return self._catch_up(op_type, Path(hit[0]), hit[2])
+        return self._catch_up(op_type, self.path_for(op_type), None)
 
     def lookup(self, op_type: str, key: Mapping[str, Any]) -> Entry | None:
         """The stored strategy of one case, or None; a hit needs the id and the whole key to match."""
@@ -278,47 +349,95 @@ class OpBank:
         i = f.index.get((self.hash_fn(packed), packed))
         return None if i is None else Entry(op_type, f.source, f.lines.recs[i])
 
-    def save(self, items: Iterable[Pending]) -> list[str]:
-        """Merge strategies into the bank under the lock, file by file; one outcome string per item."""
+    def _writable(self, op_type: str) -> Path:
         if self.readonly:
             raise AoeError(f"the {self.source} bank at {self.root} is read-only")
+        self.path_for(op_type)  # refuse a bad name before creating anything
+        ensure_dir(self.dir)
+        # the same rwx rule as for TUNE_BANK_PATH (root included), before anything is written
+        check_dir(self.dir, f"the {self.source} operator bank {self.root}")
+        return self.path_for(op_type)  # again, now that the directory exists
+
+    def _under_lock(self, op_type: str, path: Path) -> OpFile:
+        hit = self._cache.get(op_type)
+        return self._catch_up(op_type, path, hit[2] if hit is not None and hit[0] == str(path) else None,
+                              writing=True)
+
+    def save(self, items: Iterable[Pending]) -> list[str]:
+        """Merge strategies into the bank under the lock, file by file; one outcome string per item.
+
+        The new records are appended (cost independent of the file's size); the file is compacted
+        when superseded lines outnumber the live ones (amortised O(1) per save)."""
         items = list(items)
         outcomes: list[str] = [""] * len(items)
         by_op: dict[str, list[int]] = {}
         for n, it in enumerate(items):
             by_op.setdefault(it.op_type, []).append(n)
         for op_type, idxs in by_op.items():
-            self.path_for(op_type)  # refuse a bad name before creating anything
-            ensure_dir(self.dir)
-            # the same rwx rule as for TUNE_BANK_PATH (root included), before anything is written
-            check_dir(self.dir, f"the {self.source} operator bank {self.root}")
-            path = self.path_for(op_type)  # again, now that the directory exists
+            path = self._writable(op_type)
             schema = schema_for(op_type)
-            holder: list[OpFile] = []
-
-            def merge(lines: jsonl.Lines, op_type: str = op_type, idxs: list[int] = idxs,
-                      schema: OpSchema = schema, holder: list[OpFile] = holder) -> bool:
-                f = OpFile(lines, op_type, schema, self.hash_fn, self.source)
-                holder.append(f)
-                changed = False
+            with jsonl.locked(path):
+                f = self._under_lock(op_type, path)
+                new: list[dict[str, Any]] = []
+                placed: dict[tuple[int, bytes], int] = {}  # same case twice in one batch
                 for n in idxs:
                     it = items[n]
                     packed = schema.pack(op_type, it.info_dict)
                     h = self.hash_fn(packed)
+                    j = placed.get((h, packed))
                     i = f.find(packed, h)
-                    if i is not None and not better(it.perf_us, f.entry(i).perf_us):
+                    if j is not None:
+                        old = _perf(new[j]["aoe"].get("perf_us"))
+                    elif i is not None:
+                        e = f.entry(i)
+                        old = e.perf_us
+                        if it.over is not None and e.knowledge == it.over[0]:
+                            old = it.over[1]  # the tuner re-priced the stored strategy: trust that
+                    if (j is not None or i is not None) and not better(it.perf_us, old):
                         outcomes[n] = "kept"
                         continue
-                    f.set_line(i, {"id": h, "op": op_type, "version": RECORD_VERSION,
-                                   "info_dict": it.info_dict, "knowledge": it.knowledge,
-                                   "aoe": it.aoe})
-                    outcomes[n] = "added" if i is None else "replaced"
-                    changed = True
-                return changed
-
-            lines = jsonl.update(path, _check_record(op_type), merge)
-            self._cache[op_type] = (str(path), lines.sig, holder[-1])
+                    rec = {"id": h, "op": op_type, "version": RECORD_VERSION, "info_dict": it.info_dict,
+                           "knowledge": it.knowledge, "aoe": it.aoe}
+                    if j is not None:
+                        new[j] = rec
+                    else:
+                        placed[(h, packed)] = len(new)
+                        new.append(rec)
+                    outcomes[n] = "added" if i is None and j is None else "replaced"
+                if new:
+                    start = len(f.lines.raw)
+                    jsonl.append(f.lines, [jsonl.dumps(r) for r in new])
+                    f.lines.recs[start:] = new
+                    f.extend(start)
+                    if f.dups > max(len(f.index), 1024):
+                        f = self._compact_locked(op_type, path, f)
+                    self._cache[op_type] = (str(path), f.lines.sig, f)
         return outcomes
+
+    def _compact_locked(self, op_type: str, path: Path, f: OpFile) -> OpFile:
+        jsonl.remove_stale_temps(path)
+        lines = jsonl.rewrite(f.canonical())
+        g = OpFile(lines, op_type, f.schema, self.hash_fn, self.source)
+        self._cache[op_type] = (str(path), lines.sig, g)
+        return g
+
+    def duplicates(self, op_type: str) -> int:
+        """Superseded lines of `op_type`'s file awaiting compaction."""
+        return self.file(op_type).dups
+
+    def compact(self, op_type: str | None = None) -> dict[str, int]:
+        """Rewrite files with one line per case (CANN's format); {op type: lines removed}."""
+        out: dict[str, int] = {}
+        for op in [op_type] if op_type else self.op_types():
+            path = self._writable(op)
+            with jsonl.locked(path):
+                f = self._under_lock(op, path)
+                if f.dups or f.lines.open_tail or (f.lines.sig and f.lines.sig[1] > f.lines.offset):
+                    before = len(f.lines.raw)
+                    out[op] = before - len(self._compact_locked(op, path, f).lines.raw)
+                else:
+                    out[op] = 0
+        return out
 
     def op_types(self) -> list[str]:
         """Operator types that have a file for this SoC and core count."""

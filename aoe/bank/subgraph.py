@@ -7,6 +7,7 @@ replace, damaged lines kept) and the same keep-the-better rule.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
@@ -82,7 +83,12 @@ class SubgraphBank:
 
     def _current(self) -> tuple[jsonl.Lines, dict[str, int]]:
         if self._cached is None or self._cached[0] != jsonl.current_signature(str(self.path)):
-            lines = jsonl.read_lines(self.path, _check)
+            try:
+                lines = jsonl.read_lines(self.path, _check)
+            except jsonl.NotRegular as exc:  # a planted FIFO / hard link: readers skip it, writers refuse
+                warnings.warn(f"{exc}; skipped", jsonl.BankWarning, stacklevel=3)
+                lines = jsonl.Lines(self.path)
+                lines.sig = jsonl.current_signature(str(self.path))
             self._cached = (lines.sig, lines, _index(lines))
         return self._cached[1], self._cached[2]
 

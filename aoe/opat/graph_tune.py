@@ -135,8 +135,12 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
                 if outcome.writes:
                     kinds_out = kinds_against(result, in_use)
                     if custom is not None:
+                        # `over`: the stored strategy was re-priced, so a false claim in the bank
+                        # (e.g. 0 us) cannot keep this improvement out
+                        over = (entry.knowledge, in_use) if entry is not None and in_use is not None else None
                         custom.save([make_pending(case.op_type, case.key, result.knowledge, result.after_us,
-                                                  default_t, {"soc": soc.name, "kinds": sorted(kinds_out)})])
+                                                  default_t, {"soc": soc.name, "kinds": sorted(kinds_out)},
+                                                  over)])
             after = tuned if outcome.writes else in_use
             recs = [OpRecord(op.name, op_type_label(op), outcome.value, in_use, after, kinds_out, case=ident,
                              fused_names=fused_names(op)) for op in ops]
