@@ -1,7 +1,6 @@
 """Worker processes: safe to start from many threads at once, and gone (with the device lock) when the job dies."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess

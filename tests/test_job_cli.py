@@ -76,8 +76,8 @@ def _wait_for_ops(path_dir: Path, proc: subprocess.Popen, n: int, timeout: float
     while time.time() - t0 < timeout:
         assert proc.poll() is None, proc.communicate()
         for f in result_files(path_dir):
-            data = json.loads(f.read_text())      # valid JSON at every instant
-            (task,) = data.values()
+            data = json.loads(f.read_text())      # valid JSON at every instant ({} the instant it is created)
+            task = next(iter(data.values()), [])
             if len(task) > 1 and len(task[1]["OPAT"]["repo_modified_operators"]) >= n:
                 return f
         time.sleep(0.02)

@@ -67,7 +67,8 @@ def _spec(model: Any, mode: int, soc: str, input_shape: Any, training: bool, tun
         graph, model = model, None      # an aoe.graph.Graph
     return JobSpec(mode=mode, model=os.fspath(model) if model is not None else None, graph=graph,
                    framework=framework, input_shape=input_shape, training=training, soc=soc, tune_ops=tune_ops,
-                   name=name, compute_dtype=compute_dtype, output=Path(output) if output is not None else None)
+                   name=name, compute_dtype=compute_dtype,
+                   output=os.fspath(output) if output is not None else None)  # a trailing "/" says: a directory
 
 
 def _printer(verbose: bool) -> Any:
@@ -126,6 +127,7 @@ def tune_models(models: Sequence[Any], mode: str | int = "op", soc: str = DEFAUL
     if settings.lock:
         lock_obj = DeviceLock(settings.device, settings.lock_dir, model=f"{len(models)} model(s)").acquire()
     errors: list[Exception] = []
+    rf = None
     try:
         rf = None if opt.reload else ResultFile(settings.work_path, KIND[m])
         settings.lock = False  # held above for the whole batch
@@ -145,6 +147,8 @@ def tune_models(models: Sequence[Any], mode: str | int = "op", soc: str = DEFAUL
     finally:
         if lock_obj is not None:
             lock_obj.release()
+        if rf is not None:
+            rf.discard_if_empty()
     if not results and errors:
         raise errors[0]
     return results

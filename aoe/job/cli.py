@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import sys
-from pathlib import Path
 from typing import Any
 
 from ..errors import AoeError
@@ -153,7 +152,7 @@ def main(argv: list[str]) -> int:
         model = args.model
     spec = JobSpec(mode=mode, model=model, framework=framework, input_shape=args.input_shape,
                    training=args.training, soc=args.soc_version, tune_ops=tune_ops,
-                   compute_dtype=args.compute_dtype, output=None if args.output is None else Path(args.output))
+                   compute_dtype=args.compute_dtype, output=args.output)
     if args.report == "on":
         from ..report.charts import require_matplotlib  # the extra is missing: fail before tuning
 

@@ -35,6 +35,32 @@ def timestamp(now: float | None = None) -> str:
     return d.strftime("%Y%m%d%H%M%S") + f"{d.microsecond // 1000:03d}"
 
 
+def claim_name(work_dir: Path, prefix: str, suffix: str) -> Path:
+    """Create `<prefix><timestamp><suffix>` exclusively (O_EXCL) and return it.
+
+    Threads of one process share the pid part of the name, so two tasks started within one millisecond
+    would pick the same name: the file is created with O_EXCL and a taken name moves the timestamp one
+    millisecond on, which keeps the product's naming scheme (a timestamp to the millisecond) and never
+    reuses a name, whoever created it.
+    """
+    t = time.time()
+    for _ in range(100000):
+        path = work_dir / f"{prefix}{timestamp(t)}{suffix}"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        except FileExistsError:
+            t += 0.001
+            continue
+        except OSError as exc:
+            raise AoeError(f"cannot create a result file in {work_dir}: {exc.strerror or exc}") from None
+        try:
+            os.write(fd, b"{}\n")  # valid JSON from the first instant
+        finally:
+            os.close(fd)
+        return path
+    raise AoeError(f"cannot find a free result-file name in {work_dir}")
+
+
 def atomic_write_json(path: Path, data: Any, indent: int | None = 4) -> None:
     """Write JSON to `path` atomically and durably (`aoe.durable.atomic_replace`)."""
     text = json.dumps(data, indent=indent, ensure_ascii=False, allow_nan=False) + "\n"
@@ -50,10 +76,7 @@ class ResultFile:
         self.kind = kind
         self.work_dir = Path(work_dir)
         if path is None:
-            path = self.work_dir / f"aoe_result_{kind}_{timestamp()}_pid{os.getpid()}.json"
-            while path.exists():  # two jobs of one process within a millisecond
-                time.sleep(0.001)
-                path = self.work_dir / f"aoe_result_{kind}_{timestamp()}_pid{os.getpid()}.json"
+            path = claim_name(self.work_dir, f"aoe_result_{kind}_", f"_pid{os.getpid()}.json")
         self.path = Path(path)
         self.reports: dict[str, list[dict[str, Any]]] = {}
 
@@ -113,6 +136,18 @@ class ResultFile:
             atomic_write_json(self.path, self.reports)
         except OSError as exc:
             raise AoeError(f"cannot write result file {self.path}: {exc.strerror or exc}") from None
+
+    def discard_if_empty(self) -> None:
+        """Remove the file when no task was ever written to it (a batch that failed before its first job)."""
+        if self.reports:
+            return
+        try:
+            with open(self.path, "rb") as fh:
+                empty = fh.read(16).strip() == b"{}"
+            if empty:
+                os.unlink(self.path)
+        except OSError:
+            pass
 
     # --- resume state ---------------------------------------------------------------------------
     def write_state(self, state: dict[str, Any]) -> None:

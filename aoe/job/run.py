@@ -101,6 +101,41 @@ class JobResult:
         return lines
 
 
+# names exporters give every graph: they say nothing about the model, and two models would collide
+GENERIC_GRAPH_NAMES = frozenset({"", "graph", "main_graph", "torch_jit", "torch-jit-export", "tf2onnx", "model",
+                                 "onnx_graph", "test_graph", "default", "main"})
+_NAME_MAX = 128
+
+
+def _plain_name(name: str) -> bool:
+    # a name may reach a file name (--output DIR): no separators, no dot files, no control characters
+    return (0 < len(name) <= _NAME_MAX and not name.startswith(".") and not any(c in name for c in "/\\:")
+            and name.isprintable() and name.strip() == name)
+
+
+def task_name(spec: JobSpec, graph: Any) -> str:
+    """`tuning_name`: the name given, else the graph's own unless it is generic or unsafe, else the model file's."""
+    if spec.name:
+        return spec.name
+    own = str(getattr(graph, "name", "") or "")
+    if own.lower() not in GENERIC_GRAPH_NAMES and _plain_name(own):
+        return own
+    model = spec.model or ""
+    if model and not model.startswith("zoo:"):
+        stem = Path(model).stem
+        if stem.lower() == "singleop" or not stem:
+            stem = Path(model).name
+        if _plain_name(stem):
+            return stem
+    return "graph" if not _plain_name(own) else own
+
+
+def output_file_name(name: str) -> str:
+    """`<name>_tuned.json` with anything that cannot be a plain file name replaced by `_`."""
+    safe = "".join(c if (c.isalnum() or c in "-_.+=@") else "_" for c in name)[:_NAME_MAX].lstrip(".")
+    return f"{safe or 'graph'}_tuned.json"
+
+
 def graph_fingerprint(graph: Any) -> str:
     """sha256 of the graph's JSON form: the identity of a job for `--reload`."""
     return hashlib.sha256(graph.to_json().encode("utf-8")).hexdigest()
@@ -184,7 +219,7 @@ def run_job(spec: JobSpec, settings: JobSettings, *, out: Callable[[str], None] 
 
         check_soc(soc)
     graph = graph if graph is not None else load_graph(spec)
-    tuning_name = spec.name or graph.name or "graph"
+    tuning_name = task_name(spec, graph)
     only = None
     if spec.tune_ops is not None:
         only = select_ops(graph, spec.tune_ops.names, spec.tune_ops.types) or set()
@@ -338,9 +373,15 @@ def _set_seconds(report: Any, seconds: float) -> None:
 
 def write_tuned_model(path: Path, graph: Any, soc: Any, mode: int, settings: JobSettings, name: str) -> Path:
     """`--output`: the graph with, per operator, the strategy in use after tuning and its simulated time."""
+    text = os.fspath(path)
     path = Path(path)
-    if path.is_dir():
-        path = path / f"{name}_tuned.json"
+    if path.is_dir() or text.endswith(("/", os.sep)):
+        # a directory (or a name that says it is one): the file inside it, its name never from the model
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise AoeError(f"cannot create the --output directory {path}: {exc.strerror or exc}") from None
+        path = path / output_file_name(name)
     rep = verify_graph(graph, soc, mode=mode, op_bank_dir=settings.op_bank_dir,
                        subgraph_bank_dir=settings.subgraph_bank_dir, model=name)
     data = {"format": "aoe-tuned-model/1", "soc_version": soc.name, "job_type": mode,

@@ -44,7 +44,7 @@ class JobSpec:
     tune_ops: cfg.TuneOps | None = None
     name: str | None = None                     # tuning_name (default: the graph's name)
     compute_dtype: str = "float16"
-    output: Path | None = None                  # write the tuned model description here
+    output: Path | str | None = None            # write the tuned model description here ("DIR/": in DIR)
 
     def describe(self) -> str:
         """What is tuned, for messages and the device lock."""
