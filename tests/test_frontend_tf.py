@@ -7,6 +7,7 @@ budget is 2000 evaluations per case (the `env` fixture), so tuning takes seconds
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -373,3 +374,30 @@ def test_tune_step_custom_loop(env: Path) -> None:
     check_result(step.result.result_file, "opat")
     types = set(step.graph.op_counts())
     assert {"Conv2DBackpropFilter", "BNTrainingUpdateGrad", "AssignAdd"} <= types
+
+
+SCRIPT = """
+import numpy as np, keras
+import aoe.tf
+print("script starts", flush=True)
+m = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10)])
+m.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+cb = aoe.tf.TuneCallback()
+m.fit(np.random.rand(64, 32).astype("float32"), np.random.randint(0, 10, 64), batch_size=16, epochs=1,
+      verbose=0, callbacks=[cb])
+print(cb.result.status)
+"""
+
+
+def test_training_script_without_main_guard(tmp_path: Path, job_env: dict[str, str]) -> None:
+    """`AOE_MODE=2 python train.py` as users write it: tuned once, the script is not re-run by workers."""
+    (tmp_path / "train.py").write_text(SCRIPT)
+    env = dict(job_env, AOE_MODE="2", ASCEND_WORK_PATH=str(tmp_path), TUNING_PARALLEL_NUM="2",
+               TF_CPP_MIN_LOG_LEVEL="3")
+    p = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=env, capture_output=True, text=True, check=False,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.count("script starts") == 1
+    assert all(line in p.stdout for line in LOG_LINES) and p.stdout.rstrip().endswith("tuning successful")
+    (result,) = tmp_path.glob("aoe_result_opat_*.json")
+    check_result(result, "opat")

@@ -17,6 +17,7 @@ locks ...) is read by the job exactly as for the `aoe` command.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -81,6 +82,15 @@ def job_settings(s: Settings, warn: bool = True) -> Any:
     return settings_from_env(s.env, soc=s.soc, mode=s.mode, work_path=s.work_path, bank=s.bank, **kw)
 
 
+def _script_main() -> str | None:
+    """The file of ``__main__`` when it runs as a script (``python train.py``), else None."""
+    main = sys.modules.get("__main__")
+    if main is None or getattr(main, "__spec__", None) is not None:
+        return None
+    path = getattr(main, "__file__", None)
+    return os.path.basename(path) if isinstance(path, str) and path else None
+
+
 def tune_graph(graph: Any, s: Settings, name: str | None = None, out: Any = None) -> Any:
     """Tune a converted training graph with the job's full behaviour; returns the JobResult."""
     from ..job import JobSpec, run_job
@@ -91,6 +101,11 @@ def tune_graph(graph: Any, s: Settings, name: str | None = None, out: Any = None
             print(line, flush=True)
     with _LOCK:
         js = job_settings(s)
+        if js.workers > 1 and _script_main():
+            # worker processes come from a forkserver, which imports the main script once: a training
+            # script without an `if __name__ == "__main__":` guard would start training again there
+            js.workers = 1
+            out(f"  tuning in this process: TUNING_PARALLEL_NUM workers would re-import {_script_main()}")
         path = s.tune_ops_file or js.tune_ops_file
         tune_ops = jcfg.load_tune_ops(path) if path else None
         spec = JobSpec(mode=s.mode, graph=graph, soc=s.soc, tune_ops=tune_ops, name=name or graph.name)
