@@ -19,17 +19,17 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-import aoe.graph  # noqa: E402
-from aoe import cli  # noqa: E402
-from aoe import sgat  # noqa: E402
-from aoe.errors import AoeError  # noqa: E402
-from aoe.job.run import JobSpec, run_job  # noqa: E402
-from aoe.job.settings import settings_from_env  # noqa: E402
-from aoe.opat.apply import apply_bank  # noqa: E402
-from aoe.report import collect, explain_graph_op, explain_single_op, write_report  # noqa: E402
-from aoe.report.data import read_result, reprice_ops, reprice_subgraphs  # noqa: E402
-from aoe.soc import load_soc  # noqa: E402
-from conftest import isolated_environ  # noqa: E402
+from conftest import isolated_environ
+
+import aoe.graph
+from aoe import cli, sgat
+from aoe.errors import AoeError
+from aoe.job.run import JobSpec, run_job
+from aoe.job.settings import settings_from_env
+from aoe.opat.apply import apply_bank
+from aoe.report import collect, explain_graph_op, explain_single_op, write_report
+from aoe.report.data import read_result, reprice_ops, reprice_subgraphs
+from aoe.soc import load_soc
 
 MODELS = ["resnet50", "bert_base", "mobilenet_v2", "gpt2"]
 JOBS = [(m, 2, "Ascend910B2") for m in MODELS] + [(m, 1, "Ascend910A") for m in MODELS]
@@ -60,11 +60,11 @@ def test_the_job_writes_a_self_contained_report(jobs: dict, model: str, mode: in
     text = path.read_text(encoding="utf-8")
     assert path.stat().st_size <= 5 * 1024 * 1024
     # nothing is fetched: no external script, stylesheet, font, image or frame
-    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", text, re.I)
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", text, re.IGNORECASE)
     assert "<link" not in text and "@import" not in text and "@font-face" not in text
     charts = ["roofline", "pipes", "waterfall"] + (["fusion", "subgraph-gains"] if mode == 1 else [])
     for name in charts:
-        m = re.search(rf'<svg[^>]*data-chart="{name}".*?</svg>', text, re.S)
+        m = re.search(rf'<svg[^>]*data-chart="{name}".*?</svg>', text, re.DOTALL)
         assert m, name
         assert len(re.findall(r"<(path|use)\b", m.group(0))) > 10, name
     n_rows = len(re.findall(r'<tr data-s="', text))
@@ -88,11 +88,11 @@ def test_the_report_renders_in_a_real_browser(jobs: dict, model: str, mode: int,
          "--v=0", f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000",
          "--host-resolver-rules=MAP * ~NOTFOUND", "--window-size=1300,900", "--dump-dom",
          res.report_html.resolve().as_uri() + "#selftest"],
-        capture_output=True, text=True, timeout=180)
+        capture_output=True, text=True, timeout=180, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     console = [ln for ln in proc.stderr.splitlines() if "CONSOLE" in ln]
     assert console == []
-    m = re.search(r'<pre id="js-status"[^>]*data-done="1"[^>]*>(.*?)</pre>', proc.stdout, re.S)
+    m = re.search(r'<pre id="js-status"[^>]*data-done="1"[^>]*>(.*?)</pre>', proc.stdout, re.DOTALL)
     assert m, "the page's script did not run to its end"
     status = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
     assert status["errors"] == []
@@ -105,7 +105,7 @@ def test_the_report_renders_in_a_real_browser(jobs: dict, model: str, mode: int,
 
 
 def test_repricing_agrees_with_the_apply_rooms(jobs: dict) -> None:
-    res, settings = jobs[("mobilenet_v2", 2)]
+    _, settings = jobs[("mobilenet_v2", 2)]
     g = aoe.graph.load("zoo:mobilenet_v2")
     soc = load_soc("Ascend910B2")
     rows, cases, _ = reprice_ops(g, soc, settings.op_bank_dir)
@@ -219,7 +219,7 @@ def test_explain_shows_the_bound_pipe_and_what_changed(model: str, name: str, sh
     if exp.default.sim_op == exp.tuned.sim_op:
         assert len(exp.reasons) == len(changed) > 0
         for f, r in zip(changed, exp.reasons):
-            assert r.startswith(f) and ("µs" in r or "only valid together" in r)
+            assert r.startswith(f) and ("µs" in r or "only valid together" in r or "a tie the search kept" in r)
     else:
         assert len(exp.reasons) == 1 and exp.reasons[0].startswith("kernel ")
     text = "\n".join(exp.lines())
@@ -227,7 +227,7 @@ def test_explain_shows_the_bound_pipe_and_what_changed(model: str, name: str, sh
 
 
 def test_explain_uses_the_bank_and_agrees_with_the_report(jobs: dict) -> None:
-    res, settings = jobs[("resnet50", 2)]
+    _, settings = jobs[("resnet50", 2)]
     g = aoe.graph.load("zoo:resnet50")
     exp = explain_graph_op(g, "/conv1/Conv", "Ascend910B2", settings.op_bank_dir)
     rows, _, _ = reprice_ops(g, load_soc("Ascend910B2"), settings.op_bank_dir)

@@ -64,5 +64,14 @@ def write_report(result_file: str | os.PathLike[str], graph: Graph, soc: Soc | s
     return path
 
 
-__all__ = ["write_report", "build_report", "collect", "ReportData", "report_available", "Explanation",
-           "explain_case", "explain_graph_op", "explain_single_op"]
+__all__ = [
+    "Explanation",
+    "ReportData",
+    "build_report",
+    "collect",
+    "explain_case",
+    "explain_graph_op",
+    "explain_single_op",
+    "report_available",
+    "write_report",
+]

@@ -2,7 +2,7 @@
 
 matplotlib is the optional extra `report`; it is imported on first use with a one-line error when
 missing. Only the object-oriented API is used (`matplotlib.figure.Figure`, no pyplot), so rendering
-never touches a process-wide backend; each SVG's ids are prefixed with the chart's name so several
+never touches a process-wide backend (the rcParams a save needs are set under a lock); each SVG's ids are prefixed with the chart's name so several
 charts can live in one HTML page without their clip paths and markers colliding.
 """
 from __future__ import annotations
@@ -10,8 +10,10 @@ from __future__ import annotations
 import io
 import math
 import re
+import threading
 from collections import defaultdict
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..errors import AoeError
 from .data import CaseView, ReportData, SubgraphView
@@ -21,6 +23,8 @@ PIPE_ORDER = ["MTE2", "MTE1", "Cube", "Vector", "FixPipe/MTE3", "Scalar", "Overh
 # one colour per pipe, shared by every chart and the operator table
 PIPE_COLOURS = {"MTE2": "#1f77b4", "MTE1": "#17becf", "Cube": "#d62728", "Vector": "#2ca02c",
                 "FixPipe/MTE3": "#9467bd", "Scalar": "#ff7f0e", "Overhead": "#7f7f7f", "invalid": "#000000"}
+# rcParams are process-wide: the few a save needs are set around it, one save at a time
+_RC_LOCK = threading.Lock()
 _SVG_RC = {"svg.fonttype": "none", "font.size": 9, "font.family": "sans-serif", "axes.titlesize": 10,
            "svg.hashsalt": "aoe-report"}
 
@@ -50,11 +54,11 @@ def to_svg(fig: Any, name: str) -> str:
     import matplotlib
 
     buf = io.StringIO()
-    with matplotlib.rc_context(_SVG_RC):
+    with _RC_LOCK, matplotlib.rc_context(_SVG_RC):
         fig.savefig(buf, format="svg")
     text = buf.getvalue()
     text = text[text.index("<svg"):]
-    text = re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)
+    text = re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.DOTALL)
     ids = set(_ID.findall(text))
     if ids:  # prefix every id and every reference to one
         pat = re.compile(r'(id="|#)(' + "|".join(re.escape(i) for i in sorted(ids, key=len, reverse=True)) + r')\b')
@@ -69,7 +73,7 @@ def save(fig: Any, path: str) -> None:
     """Write a figure to a file (format from the suffix: .svg or .png)."""
     import matplotlib
 
-    with matplotlib.rc_context(_SVG_RC):
+    with _RC_LOCK, matplotlib.rc_context(_SVG_RC):
         fig.savefig(path, dpi=110)
 
 
@@ -349,5 +353,17 @@ def subgraph_gains(data: ReportData, top: int = 30) -> str:
     return to_svg(fig, "subgraph-gains")
 
 
-__all__ = ["require_matplotlib", "to_svg", "save", "roofline", "pipes", "waterfall", "fusion_map",
-           "subgraph_gains", "top_cases", "PIPE_COLOURS", "PIPE_ORDER", "EXTRA_HINT"]
+__all__ = [
+    "EXTRA_HINT",
+    "PIPE_COLOURS",
+    "PIPE_ORDER",
+    "fusion_map",
+    "pipes",
+    "require_matplotlib",
+    "roofline",
+    "save",
+    "subgraph_gains",
+    "to_svg",
+    "top_cases",
+    "waterfall",
+]

@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -22,9 +23,9 @@ from .. import sim
 from ..bank import BankChain, BuiltinBank, OpBank
 from ..errors import AoeError
 from ..graph import Graph
-from ..ops import OpCase, Unsupported, Variant, describe
 from ..opat.apply import op_type_label, price, variant_for
 from ..opat.search import simulator_measure
+from ..ops import OpCase, Unsupported, Variant, describe
 from ..soc import Soc, load_soc
 from ..tuning import improvement
 
@@ -378,5 +379,16 @@ def collect(result_file: str | os.PathLike[str], graph: Graph, soc: Soc | str, *
     return data
 
 
-__all__ = ["Kernel", "CaseView", "OpRow", "SubgraphView", "ReportData", "read_result", "reprice_ops",
-           "reprice_subgraphs", "collect", "variant_label", "kernel"]
+__all__ = [
+    "CaseView",
+    "Kernel",
+    "OpRow",
+    "ReportData",
+    "SubgraphView",
+    "collect",
+    "kernel",
+    "read_result",
+    "reprice_ops",
+    "reprice_subgraphs",
+    "variant_label",
+]

@@ -19,17 +19,18 @@ the wall time is exact; the slices' positions are a rendering of the overlap mod
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from .. import sim
 from ..bank import BankChain, BuiltinBank, OpBank
 from ..errors import AoeError
 from ..graph import Graph
-from ..ops import OpCase, Unsupported, describe
 from ..opat.apply import price, variant_for
 from ..opat.search import Budget, simulator_measure
 from ..opat.tune import case_for, tune_case
+from ..ops import OpCase, Unsupported, describe
 from ..soc import Soc, load_soc
 from .data import Kernel, kernel, variant_label
 
@@ -82,8 +83,8 @@ class Explanation:
     def gantt_lines(self, width: int = 64) -> list[str]:
         """Both timelines as text bars on one time scale (█ busy; the bound pipe marked)."""
         span = max(self.default.kernel.time_us, self.tuned.kernel.time_us) or 1.0
-        lines = [f"timeline (one column = {span / width:.2f} µs; bars: busy time spread over the kernel, "
-                 "see `aoe explain --help`)"]
+        lines = [(f"timeline (one column = {span / width:.2f} µs; bars: busy time spread over the kernel, "
+                  "see `aoe explain --help`)")]
         for name, side in (("default", self.default), ("tuned", self.tuned)):
             k = side.kernel
             lines.append(f"{name}: {k.time_us:.2f} µs, bound by {k.bound}")
@@ -187,7 +188,8 @@ def _mechanism(f: str, a: int, b: int) -> str:
     if f in ("usedCoreNum", "blockDim"):
         return f"{f} {a}→{b} runs the work on {b} cores instead of {a}"
     if f in ("batchDim", "hoDim", "nDim", "groupDim"):
-        return f"{f} {a}→{b} splits {dict(batchDim='the batch', hoDim='the output rows', nDim='Cout', groupDim='the groups')[f]} over {b} cores instead of {a}"
+        axis = {"batchDim": "the batch", "hoDim": "the output rows", "nDim": "Cout", "groupDim": "the groups"}[f]
+        return f"{f} {a}→{b} splits {axis} over {b} cores instead of {a}"
     if f in ("singleCoreM", "singleCoreN", "singleCoreK"):
         return f"{f} {a}→{b} gives each core a {b} instead of {a} slice of {f[-1]}"
     if f in ("stepKa", "stepKb") and a > 0 and b > 0:
@@ -223,8 +225,13 @@ def _deltas(before: Kernel, after: Kernel) -> str:
     diffs = [d for d in diffs if abs(d[1]) >= 0.005]
     diffs.sort(key=lambda d: -abs(d[1]))
     parts = [f"{p} {v:+.2f} µs" for p, v in diffs[:3]]
-    wall = f"wall {after.time_us - before.time_us:+.2f} µs"
-    return f"{', '.join(parts)}; {wall}" if parts else f"no pipe's busy time changes, only how they overlap: {wall}"
+    dt = after.time_us - before.time_us
+    wall = f"wall {dt:+.2f} µs"
+    if parts:
+        return f"{', '.join(parts)}; {wall}"
+    if abs(dt) < 0.005:
+        return "no effect on its own here (a tie the search kept)"
+    return f"no pipe's busy time changes, only how the pipes overlap: {wall}"
 
 
 def reasons(soc: Soc, default: Side, tuned: Side) -> list[str]:
@@ -241,7 +248,9 @@ def reasons(soc: Soc, default: Side, tuned: Side) -> list[str]:
         mech = _mechanism(f, d.strategy[f], t.strategy[f])
         back = kernel(soc, tuned.sim_op, dict(t.strategy, **{f: d.strategy[f]}), "")
         if back.bound != "invalid":
-            out.append(f"{mech}: {_deltas(back, t)} (against the tuned strategy with {f} at its default)")
+            text = _deltas(back, t)
+            out.append(f"{mech}: {text}" + ("" if text.startswith("no effect") else
+                                            f" (against the tuned strategy with {f} at its default)"))
             continue
         alone = kernel(soc, tuned.sim_op, dict(d.strategy, **{f: t.strategy[f]}), "")
         if alone.bound != "invalid":

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import html
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from . import charts
 from .data import ReportData
@@ -128,10 +129,10 @@ def _op_table(data: ReportData) -> str:
 
 
 def _subgraph_table(data: ReportData) -> str:
-    out = ['<table id="sg-table" class="sortable"><thead><tr><th>repo_key</th><th>kernels</th>'
+    out = [('<table id="sg-table" class="sortable"><thead><tr><th>repo_key</th><th>kernels</th>'
            '<th class="n">instances</th><th class="n">unfused µs</th><th class="n">default fusion µs</th>'
            '<th class="n">tuned µs</th><th class="n">saved µs (all)</th><th>kernels default → tuned</th>'
-           "<th>in bank</th></tr></thead><tbody>"]
+           "<th>in bank</th></tr></thead><tbody>")]
     for s in sorted(data.subgraphs, key=lambda s: -s.gain_us):
         out.append(f"<tr><td>{E(s.key)}</td><td>{E(' '.join(s.op_types))}</td><td class=\"n\">{s.instances}</td>"
                    f'<td class="n" data-v="{s.unfused_us:.6g}">{_us(s.unfused_us)}</td>'
@@ -157,10 +158,10 @@ def render(data: ReportData, *, top: int = 8) -> str:
     if data.model_unfused_us is not None:
         cards.insert(2, ("unfused (every op its own kernel)", f"{data.model_unfused_us / 1000:.3f} {unit_total}"))
     roof, left_out = charts.roofline(data)
-    parts = [f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{E(title)}</title>"
-             f"<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><style>{CSS}</style></head><body>",
-             f"<header><h1>{E(title)}</h1><p>{E(data.model)} on the simulated {E(soc.name)} · task {E(data.task)} · "
-             f"generated {time.strftime('%Y-%m-%d %H:%M:%S')}</p></header>",
+    parts = [(f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{E(title)}</title>"
+             f"<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><style>{CSS}</style></head><body>"),
+             (f"<header><h1>{E(title)}</h1><p>{E(data.model)} on the simulated {E(soc.name)} · task {E(data.task)} · "
+             f"generated {time.strftime('%Y-%m-%d %H:%M:%S')}</p></header>"),
              '<nav><a href="#summary">summary</a><a href="#roofline">roofline</a><a href="#pipes">pipes</a>'
              '<a href="#waterfall">waterfall</a>' + ('<a href="#fusion">fusion map</a>' if data.kind == "sgat" else "")
              + '<a href="#operators">operators</a></nav><main>']
