@@ -79,3 +79,94 @@ def test_a_failed_batch_leaves_no_empty_result_file(env):
     with pytest.raises(AoeError):
         aoe.tune_models(["does_not_exist.onnx"], work_path=env / "w")
     assert not list((env / "w").glob("aoe_result_*"))
+
+
+# --- special files and size caps (tune_ops, single ops, aoe.ini, SoC .ini, JSON graphs) --------------
+
+def _no_hang(fn, *args):
+    """fn(*args) in a thread: its exception or result, failing the test if it blocks (a FIFO)."""
+    out: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            out["value"] = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - returned to the test
+            out["error"] = exc
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout=60)
+    assert not t.is_alive(), f"{fn.__name__} blocks on {args}"
+    return out.get("error", out.get("value"))
+
+
+def _readers():
+    from aoe.graph import load
+    from aoe.graph.singleop import load_single_ops
+    from aoe.job.config import load_tune_ops, read_config
+    from aoe.soc import load_soc
+
+    return {"tune_ops": load_tune_ops, "singleop": load_single_ops, "ini": lambda p: read_config(Path(p)),
+            "soc": lambda p: load_soc(str(p) if str(p).endswith(".ini") else f"{p}/../{Path(p).name}"),
+            "graph": lambda p: load(str(p), framework="json")}
+
+
+@pytest.mark.parametrize("reader", ["tune_ops", "singleop", "ini", "soc", "graph"])
+def test_special_files_are_refused_without_blocking(tmp_path, reader):
+    fifo = tmp_path / "fifo.ini"
+    os.mkfifo(fifo)
+    targets = [fifo] + ([Path("/dev/zero")] if reader in ("tune_ops", "singleop", "ini") else [])
+    for target in targets:
+        err = _no_hang(_readers()[reader], target)
+        assert isinstance(err, AoeError), err
+        assert "regular file" in str(err) or "not a file" in str(err) or "does not exist" in str(err), err
+
+
+def test_aoe_ini_over_one_mib_is_refused_not_cut(tmp_path):
+    from aoe.job.config import read_config
+
+    p = tmp_path / "aoe.ini"
+    p.write_text("[tuning]\n" + "# padding\n" * 110000 + "tuning_parallel_num = 2\n")
+    with pytest.raises(AoeError, match="over the limit"):
+        read_config(p)
+    p.write_text("[tuning]\n" + "# padding\n" * 1000 + "tuning_parallel_num = 2\n")
+    assert read_config(p).tuning_parallel_num == 2
+
+
+def test_oversized_soc_and_tune_ops_files_are_refused(tmp_path):
+    from aoe.job.config import load_tune_ops
+    from aoe.soc import load_soc
+
+    big = tmp_path / "big.ini"
+    big.write_bytes(b"[SoCInfo]\n" + b";" * (2 << 20))
+    with pytest.raises(AoeError, match="over the limit"):
+        load_soc(str(big))
+    ops = tmp_path / "ops.json"
+    with open(ops, "wb") as fh:
+        fh.truncate(17 << 20)  # sparse: no disk used
+    with pytest.raises(AoeError, match="over the limit"):
+        load_tune_ops(ops)
+
+
+@pytest.mark.parametrize("reader", ["tune_ops", "singleop", "graph"])
+def test_deeply_nested_json_is_an_error_not_a_traceback(tmp_path, reader):
+    p = tmp_path / "deep.json"
+    p.write_text("[" * 200000 + "]" * 200000)
+    err = _no_hang(_readers()[reader], p)
+    assert isinstance(err, AoeError), repr(err)
+
+
+@pytest.mark.parametrize("state", ['{"version": 1, "pid": "x", "report_key": "k", "job": {}}',
+                                   '{"version": 1, "pid": 1, "job": [], "done": 3}',
+                                   '{"version": 1, "pid": 1e999, "report_key": "k"}',
+                                   "[" * 100000, '{"version": 1, "report_key": {"a": 1}, "job": "s"}', "\xff\xfe"])
+def test_malformed_reload_state_files_are_ignored(env, state):
+    from aoe.job.run import graph_fingerprint
+
+    g = _graph("net")
+    job = json.dumps({"kind": "opat", "fingerprint": graph_fingerprint(g), "soc": "Ascend910B2"})
+    state = state.replace('"job": {}', f'"job": {job}')   # the same job: only its damaged fields differ
+    (env / ".aoe_result_opat_20260101000000000_pid1.json.state").write_text(state, encoding="latin-1")
+    (env / "aoe_result_opat_20260101000000000_pid1.json").write_text("{}")
+    r = aoe.tune(g, options=aoe.TuneOptions(budget=200, reload=True))
+    assert r.status == "tuning successful" and r.result_file.name != "aoe_result_opat_20260101000000000_pid1.json"

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from ..errors import AoeError
+from ..safeio import read_regular
 from .ir import Graph
 from .shapes import parse_input_shape
 
@@ -128,13 +129,11 @@ def _missing(framework: str, spec: str) -> str:
 
 
 def _load_json(path: Path, shapes: dict[str, tuple[int, ...]], compute_dtype: str, name: str) -> Graph:
+    text = read_regular(path, MAX_JSON_BYTES, "graph file")
     try:
-        if path.stat().st_size > MAX_JSON_BYTES:
-            raise AoeError(f"graph file {str(path)!r} is larger than 1 GiB; that is not a graph aoe wrote")
-        text = path.read_bytes()
-    except OSError as exc:
-        raise AoeError(f"cannot read graph file {str(path)!r}: {exc.strerror}") from None
-    graph = Graph.from_json(text)
+        graph = Graph.from_json(text)
+    except RecursionError:
+        raise AoeError(f"graph file {str(path)!r} is nested too deeply to be a graph aoe wrote") from None
     # a JSON graph is already static: --input_shape may only restate it
     for tname, shape in shapes.items():
         t = graph.tensors.get(tname)

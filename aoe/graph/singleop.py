@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AoeError
+from ..safeio import read_regular
 from .ir import Graph, Op, Tensor
 
 MAX_OPS = 10_000
@@ -32,11 +33,10 @@ def load_single_ops(path: str | os.PathLike[str]) -> Graph:
     """Read a single-operator description file into a graph of independent operators."""
     p = os.fspath(path)
     try:
-        size = os.path.getsize(p)
-        if size > MAX_FILE:
-            raise AoeError(f"{p} is {size} bytes; single-operator files are limited to {MAX_FILE} bytes")
-        with open(p, "rb") as fh:
-            data = json.loads(fh.read().decode("utf-8"), parse_constant=_no_constant)
+        raw = read_regular(p, MAX_FILE, "single-operator file")
+        data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+    except RecursionError:
+        raise AoeError(f"{p} is nested too deeply to be a single-operator file") from None
     except FileNotFoundError:
         raise AoeError(f"single-operator file {p} does not exist") from None
     except IsADirectoryError:

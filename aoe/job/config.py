@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import AoeError
+from ..safeio import read_regular
 
 DEFAULT_DEVICE_COUNT = 8
 MAX_DEVICE_COUNT = 1024
@@ -39,6 +40,7 @@ TUNING_PARALLEL_DEFAULT, TUNING_PARALLEL_RANGE = 8, (1, 64)
 DEFAULT_SEARCH_BUDGET = 100_000
 MODES = {1: "subgraph", 2: "operator"}
 MAX_TUNE_OPS_FILE = 16 * 1024 * 1024
+MAX_CONFIG_FILE = 1 << 20
 
 
 def _int_in(name: str, value: str, lo: int, hi: int, what: str = "") -> int:
@@ -159,9 +161,9 @@ def read_config(path: Path | None) -> IniConfig:
     if path is None:
         return out
     cp = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=("#", ";"))
+    raw = read_regular(path, MAX_CONFIG_FILE, "config file")  # over 1 MiB: refused, never cut
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read(1 << 20)
+        text = raw.decode("utf-8")
         if text.strip() and not text.lstrip().startswith("["):
             text = "[tuning]\n" + text  # a file of bare key = value lines
         cp.read_string(text, source=str(path))
@@ -217,19 +219,13 @@ def tune_ops_from(data: Any, source: str) -> TuneOps:
 def load_tune_ops(path: str | os.PathLike[str]) -> TuneOps:
     """Read a tune_ops file (`--tune_ops_file` / `aoe_config_file`)."""
     p = os.fspath(path)
+    raw = read_regular(p, MAX_TUNE_OPS_FILE, "tune_ops file")
     try:
-        if os.path.getsize(p) > MAX_TUNE_OPS_FILE:
-            raise AoeError(f"tune_ops file {p} is larger than {MAX_TUNE_OPS_FILE} bytes")
-        with open(p, "rb") as fh:
-            data = json.loads(fh.read().decode("utf-8"))
-    except FileNotFoundError:
-        raise AoeError(f"tune_ops file {p} does not exist") from None
-    except IsADirectoryError:
-        raise AoeError(f"tune_ops file {p} is a directory") from None
+        data = json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise AoeError(f"tune_ops file {p} is nested too deeply; it holds two flat lists") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise AoeError(f"tune_ops file {p} is not valid JSON: {exc}") from None
-    except OSError as exc:
-        raise AoeError(f"cannot read tune_ops file {p}: {exc.strerror or exc}") from None
     return tune_ops_from(data, f"tune_ops file {p}")
 
 

@@ -9,7 +9,16 @@ holds `{"pid", "user", "uid", "host", "started", "device", "model"}`.
 - The kernel drops an flock when its process dies, so a lock left by a dead (even `kill -9`ed)
   job is free again; the next job notices the old holder's record, says it recovers a stale lock
   and overwrites it. A clean release empties the file.
-- flock is per open file description: two jobs in one process conflict too.
+- flock is per open file description: two jobs in one process conflict too. The descriptor is
+  close-on-exec and worker processes come from a forkserver, so no worker ever holds the lock.
+
+On a multi-user host: a lock directory that others may write must be sticky (as /tmp), or one user
+could delete another's running lock and share the device. A directory of ours without the sticky bit
+is fixed; one owned by another user (not root) and writable without it is refused. The owner of a
+sticky directory can still remove files in it, so the safest shared directory is one root creates
+once (`install -d -m 1777 /var/lock/aoe-devices`, then `AOE_LOCK_DIR=/var/lock/aoe-devices` for all
+users). A lock file removed or replaced while a job opens it is detected (the inode changed) and the
+file now at the path is locked instead.
 """
 from __future__ import annotations
 
@@ -46,16 +55,47 @@ def _user() -> str:
         return os.environ.get("USER", str(os.geteuid()))
 
 
-def _ensure_dir(d: Path) -> None:
-    if d.is_dir():
-        return
+def _ensure_dir(d: Path, shared: bool = True) -> None:
+    """Create the lock directory if missing (shared: mode 1777, like /tmp), then check it is safe."""
+    if not d.is_dir():
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            if shared:
+                os.chmod(d, 0o1777)  # shared by all users, like /tmp
+        except OSError as exc:
+            raise AoeError(f"cannot create the device lock directory {d}: {exc.strerror or exc}; "
+                           f"set AOE_LOCK_DIR to a directory every tuning user can write") from None
+    check_dir(d)
+
+
+def check_dir(d: Path) -> None:
+    """Refuse a lock directory another user could use to steal or delete a running job's lock.
+
+    Safe: owned by root or by this user, and, when others may write it, sticky (then nobody deletes or
+    renames a lock file they do not own). A world-writable directory without the sticky bit that this
+    user owns is fixed (the sticky bit is set); one owned by another user is refused.
+    """
     try:
-        d.mkdir(parents=True, exist_ok=True)
-        if not os.environ.get("AOE_LOCK_DIR"):
-            os.chmod(d, 0o1777)  # shared by all users, like /tmp
+        st = os.lstat(d)
     except OSError as exc:
-        raise AoeError(f"cannot create the device lock directory {d}: {exc.strerror or exc}; "
-                       f"set AOE_LOCK_DIR to a directory every tuning user can write") from None
+        raise AoeError(f"cannot use the device lock directory {d}: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise AoeError(f"the device lock directory {d} is not a directory (or is a symbolic link); "
+                       f"remove it or set AOE_LOCK_DIR to a directory")
+    me = os.geteuid()
+    others_write = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    if st.st_uid not in (0, me):
+        if others_write and not st.st_mode & stat.S_ISVTX:
+            raise AoeError(f"the device lock directory {d} belongs to another user (uid {st.st_uid}) and anyone "
+                           f"may delete the locks in it (writable without the sticky bit); ask its owner to run "
+                           f"`chmod +t {d}` or set AOE_LOCK_DIR to a directory owned by you or root")
+        return
+    if others_write and not st.st_mode & stat.S_ISVTX:
+        try:
+            os.chmod(d, stat.S_IMODE(st.st_mode) | stat.S_ISVTX)
+        except OSError as exc:
+            raise AoeError(f"the device lock directory {d} is writable by others without the sticky bit and "
+                           f"cannot be fixed ({exc.strerror or exc}); run `chmod +t {d}`") from None
 
 
 class DeviceBusy(AoeError):
@@ -76,6 +116,15 @@ class DeviceLock:
         self.writable = False
 
     def _open(self) -> int:
+        try:
+            return self._open_once()
+        except AoeError:
+            raise
+        except OSError as exc:
+            raise AoeError(f"cannot open device lock {self.path}: {exc.strerror or exc}; "
+                           f"set AOE_LOCK_DIR to a directory every tuning user can write") from None
+
+    def _open_once(self) -> int:
         flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
         for _ in range(3):
             try:
@@ -119,7 +168,7 @@ class DeviceLock:
         return data if isinstance(data, dict) else None
 
     def acquire(self) -> "DeviceLock":
-        _ensure_dir(self.dir)
+        _ensure_dir(self.dir, shared=not os.environ.get("AOE_LOCK_DIR"))
         fd = self._open()
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -140,12 +189,26 @@ class DeviceLock:
                                  f"only one job may tune on a device at a time: wait for it, or choose another "
                                  f"device with --device or ASCEND_DEVICE_ID (lock file {self.path})") from None
             raise AoeError(f"cannot lock {self.path}: {exc.strerror or exc}") from None
+        try:
+            same = os.stat(self.path, follow_symlinks=False)
+            replaced = (same.st_ino, same.st_dev) != (st.st_ino, st.st_dev)
+        except OSError:
+            replaced = True
+        if replaced:  # removed or replaced between open and flock: lock the file that is there now
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            self._retries = getattr(self, "_retries", 0) + 1
+            if self._retries > 5:
+                raise AoeError(f"device lock {self.path} keeps being removed or replaced by someone else; "
+                               f"check the lock directory {self.dir}")
+            return self.acquire()
         old = self.holder()
         if old and self.notice is not None:
             dead = old.get("host") == socket.gethostname() and not pid_alive(int(old.get("pid", 0) or 0))
             self.notice(f"recovered the lock of device {self.device} left by pid {old.get('pid', '?')} of user "
                         f"{old.get('user', '?')}{' (no longer running)' if dead else ''}")
         self.fd = fd
+        self._retries = 0
         if self.writable:
             record = {"pid": os.getpid(), "user": _user(), "uid": os.geteuid(), "host": socket.gethostname(),
                       "started": _dt.datetime.now().isoformat(timespec="seconds"), "device": self.device,

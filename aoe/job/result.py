@@ -23,9 +23,11 @@ from typing import Any
 
 from ..durable import atomic_replace
 from ..errors import AoeError
+from ..safeio import read_regular
 
 RESULT_GLOB = "aoe_result_{kind}_*_pid*.json"
 STATE_VERSION = 1
+MAX_RESULT_FILE = 256 << 20  # result and state files of the largest models are a few MiB
 
 
 def timestamp(now: float | None = None) -> str:
@@ -90,12 +92,14 @@ class ResultFile:
         """Load a result file written earlier (for `--reload`)."""
         rf = cls(path.parent, kind, path)
         try:
-            with open(path, encoding="utf-8") as fh:
-                data = json.load(fh)
-        except FileNotFoundError:
+            data = json.loads(read_regular(path, MAX_RESULT_FILE, "result file").decode("utf-8"))
+        except AoeError:
+            if path.exists() or path.is_symlink():
+                raise
             data = {}
-        except (OSError, ValueError) as exc:
-            raise AoeError(f"cannot read result file {path}: {exc}") from None
+        except (ValueError, RecursionError) as exc:
+            raise AoeError(f"cannot read result file {path}: {type(exc).__name__}: {exc}; run without --reload "
+                           "to start a new job") from None
         if not isinstance(data, dict):
             raise AoeError(f"cannot resume into {path}: it is not a JSON object; run without --reload to start "
                            "a new job")
@@ -169,11 +173,18 @@ class ResultFile:
 def read_state(path: Path) -> dict[str, Any] | None:
     """A resume-state file, or None when it is missing or unreadable."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
+        data = json.loads(read_regular(path, MAX_RESULT_FILE, "resume state").decode("utf-8"))
+    except (AoeError, ValueError, RecursionError):
         return None
     if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
+        return None
+    try:  # the fields --reload relies on, with the types it relies on
+        int(data.get("pid", 0))
+        float(data.get("elapsed_s", 0.0))
+        str(data["report_key"])
+    except (KeyError, TypeError, ValueError, OverflowError):
+        return None
+    if not isinstance(data.get("job", {}), dict) or not isinstance(data.get("done", []), list):
         return None
     return data
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AoeError
+from ..safeio import read_regular
 
 DATA_DIR = Path(__file__).with_name("data")
 
@@ -161,6 +162,7 @@ def known_socs() -> list[str]:
 
 
 _CACHE: dict[tuple[str, int, int], Soc] = {}
+MAX_SOC_FILE = 1 << 20  # a platform_config .ini is a few KiB
 
 
 def load_soc(name_or_path: str | os.PathLike[str] | Soc) -> Soc:
@@ -194,10 +196,10 @@ def _parse(path: Path, default_name: str) -> Soc:
     parser = configparser.ConfigParser(inline_comment_prefixes=(";", "#"), strict=False,
                                        interpolation=None)
     parser.optionxform = str  # CANN keys are case-sensitive in spirit; keep them as written
+    text = read_regular(path, MAX_SOC_FILE, "SoC description").decode("utf-8", errors="replace")
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            parser.read_file(fh)
-    except (configparser.Error, OSError, UnicodeError) as exc:
+        parser.read_string(text, source=str(path))
+    except (configparser.Error, UnicodeError) as exc:
         raise AoeError(f"cannot read SoC description {path}: {exc}") from None
 
     def get(section: str, key: str) -> str | None:
