@@ -14,11 +14,13 @@ command line (`env={}` ignores it completely). Nothing is printed unless `TuneOp
 from __future__ import annotations
 
 import os
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..bank import resolve_op_bank_dir, resolve_subgraph_bank_dir
+from ..batch import open_batch
 from ..errors import AoeError
 from ..soc import load_soc
 from . import config as cfg
@@ -96,13 +98,17 @@ def tune(model: Any, mode: str | int = "op", soc: str = DEFAULT_SOC, bank: PathL
 def tune_models(models: Sequence[Any], mode: str | int = "op", soc: str = DEFAULT_SOC, bank: PathLike | None = None,
                 work_path: PathLike | None = None, *, input_shape: Any = None, training: bool = False,
                 tune_ops: Any = None, framework: str | int | None = None, names: Sequence[str] | None = None,
-                options: TuneOptions | None = None, env: Mapping[str, str] | None = None) -> list[JobResult]:
+                options: TuneOptions | None = None, env: Mapping[str, str] | None = None,
+                cluster: Any = None) -> list[JobResult]:
     """Tune several models one after the other with one shared bank; one result file, one report key each.
 
     The device is locked once for the whole batch. `input_shape` may be one spec for all models or a
     list with one per model. Later models hit what earlier ones added (REPEAT_TUNE=False). With
     `TuneOptions(stop_on_error=False)` a model that cannot be loaded is skipped (its error is raised
     at the end if no model could be tuned).
+    `cluster` (a `dask.distributed.Client`, a scheduler address or "local:N"; the extra `dask`): the
+    distinct operator cases of all models that miss the banks are tuned on its workers; this process
+    still writes every bank and result file, and the outcome is the serial run's (`aoe.batch`).
     """
     opt = options or TuneOptions()
     m = cfg.parse_mode(mode, "mode")
@@ -128,14 +134,20 @@ def tune_models(models: Sequence[Any], mode: str | int = "op", soc: str = DEFAUL
         lock_obj = DeviceLock(settings.device, settings.lock_dir, model=f"{len(models)} model(s)").acquire()
     errors: list[Exception] = []
     rf = None
+    stack = ExitStack()
     try:
         rf = None if opt.reload else ResultFile(settings.work_path, KIND[m])
         settings.lock = False  # held above for the whole batch
+        graphs: dict[int, Any] = {}
+        if cluster is not None:  # load every model, send their bank misses, then run the usual loop
+            farm = stack.enter_context(open_batch(cluster, progress=opt.progress, out=_printer(opt.verbose)))
+            graphs = farm.prefetch_specs([_spec(x, m, soc, shapes[i], training, ops, framework, output=opt.output)
+                                          for i, x in enumerate(models)], settings, load_graph)
         for i, model in enumerate(models):
             spec = _spec(model, m, soc, shapes[i], training, ops, framework, name=names[i] if names else None,
                          output=opt.output)
             try:
-                res = run_job(spec, settings, out=_printer(opt.verbose), result_file=rf)
+                res = run_job(spec, settings, out=_printer(opt.verbose), result_file=rf, graph=graphs.get(i))
             except AoeError as exc:
                 if opt.stop_on_error:
                     raise
@@ -145,6 +157,7 @@ def tune_models(models: Sequence[Any], mode: str | int = "op", soc: str = DEFAUL
             if res.signal is not None:
                 break
     finally:
+        stack.close()
         if lock_obj is not None:
             lock_obj.release()
         if rf is not None:

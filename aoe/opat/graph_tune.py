@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -53,6 +54,12 @@ class OpatConfig:
             raise AoeError(f"tuning kinds must be a non-empty subset of {', '.join(KINDS)}; got {list(self.kinds)}")
         if self.implmode not in IMPL_MODES:
             raise AoeError(f"op_select_implmode must be one of {', '.join(IMPL_MODES)}, got {self.implmode!r}")
+
+
+# A pluggable case executor (e.g. aoe.batch's Dask farm): an object with the `map(fn, jobs)` /
+# `shutdown(cancel_futures=)` / context-manager face of a concurrent.futures executor, returning results
+# in submission order. Set for a context (thread- and task-local), so embedding code is not affected.
+case_executor: ContextVar[Any] = ContextVar("aoe_opat_case_executor", default=None)
 
 
 def _tune_worker(args: tuple[OpCase, Soc, tuple[str, ...], Budget, str, int, int]) -> TuneResult | str:
@@ -148,7 +155,8 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
             report.add(rec)
         events.case_done(recs, in_bank)
 
-    parallel = cfg.workers > 1 and user_measure is None
+    farm = case_executor.get()
+    parallel = (cfg.workers > 1 or farm is not None) and user_measure is None
     for cid, (case, ops) in cases.items():
         if events.should_stop():
             stopped = True
@@ -188,7 +196,7 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
         plain = dataclasses.replace(soc, _native=None)
         jobs = [(case, plain, tuple(cfg.kinds), budget, cfg.implmode, cfg.seed, cfg.threads)
                 for _, case, _, _, _ in pending_tune]
-        with worker_pool(cfg.workers) as pool:
+        with farm if farm is not None else worker_pool(cfg.workers) as pool:
             # results come back in submission order, so the run is identical to a serial one
             for (cid, case, entry, in_use, default_t), result in zip(pending_tune, pool.map(_tune_worker, jobs)):
                 finish(cid, case, entry, in_use, default_t, result)

@@ -1,0 +1,83 @@
+"""`aoe batch LIST_FILE --scheduler ADDR`: tune a list of models with their operator cases on a Dask cluster.
+
+The entrance of `aoe.batch` (it sits beside `aoe/cli.py` because it drives the job package, which in
+turn uses `aoe.batch`). Lines run in file order; consecutive lines with the same job type, SoC and
+training flag form one `aoe.tune_models` call (one result file, one report key per model). Before the
+first line runs, every OPAT line's bank misses are sent to the cluster, so the workers are busy with
+the whole batch while the client writes results in order.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from itertools import groupby
+from typing import Any
+
+from .batch import CaseFarm, open_batch
+from .batch.listfile import load_list
+from .job.api import TuneOptions, tune_models
+from .job.run import load_graph
+from .job.settings import JobSpec, settings_from_env
+
+EPILOG = """list file: one model per line with its own options, e.g.
+  zoo:resnet50 --training --input_shape input:32,3,224,224
+  models/bert.onnx --soc_version Ascend910A --job_type 1
+(--job_type 1|2, default 2; --soc_version, default Ascend910B2; --input_shape; --training; # comments)
+
+banks: TUNE_BANK_PATH / ASCEND_CACHE_PATH / $HOME as for `aoe` (or --tune_bank_path); written by this
+process only. Result files: in the work path, one per run of consecutive lines with the same job type,
+SoC and training flag. Interrupted? Run the same command with --reload.
+exit codes: 0 all successful, 1 some model failed or is incomplete, 2 usage/environment error,
+130/143 interrupted."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="aoe batch", description=__doc__.split("\n\n")[0], epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("list_file", help="the models, one per line")
+    p.add_argument("--scheduler", default="local:2",
+                   help="Dask scheduler address (tcp://host:8786) or local:N (default local:2)")
+    p.add_argument("--work_path", default=None, help="where result files go (default as for aoe)")
+    p.add_argument("--tune_bank_path", default=None, help="the bank root (overrides TUNE_BANK_PATH)")
+    p.add_argument("--reload", action="store_true", help="continue an interrupted batch")
+    p.add_argument("--search_budget", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--device", type=int, default=None, help="the simulated device locked for the batch")
+    p.add_argument("--progress_bar", choices=("on", "off"), default="on")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of `aoe batch`; returns the exit code (AoeError is reported by aoe.cli)."""
+    args = _parser().parse_args(argv)
+    lines = load_list(args.list_file)
+    env: dict[str, str] = dict(os.environ)
+    if args.tune_bank_path is not None:
+        env["TUNE_BANK_PATH"] = args.tune_bank_path
+    opts = TuneOptions(budget=args.search_budget, device=args.device, reload=args.reload,
+                       progress=args.progress_bar == "on", verbose=True)
+    say = (lambda s: print(s, file=sys.stderr, flush=True))
+    results: list[Any] = []
+    with CaseFarm(args.scheduler, progress=opts.progress, out=say) as farm:
+        with open_batch(farm):  # prefetch every OPAT line before the first one runs
+            for line in lines:
+                if line.mode != 2:
+                    continue
+                settings = settings_from_env(env, soc=line.soc, mode=2, work_path=args.work_path,
+                                             budget=args.search_budget, progress=False, lock=False)
+                spec = JobSpec(mode=2, model=line.model, input_shape=line.input_shape, training=line.training,
+                               soc=line.soc)
+                farm.prefetch_specs([spec], settings, load_graph)
+            farm.flush()
+            for (mode, soc, training), run in groupby(lines, key=lambda x: (x.mode, x.soc, x.training)):
+                run = list(run)
+                rs = tune_models([x.model for x in run], mode, soc, work_path=args.work_path,
+                                 input_shape=[x.input_shape for x in run], training=training,
+                                 options=opts, env=env, cluster=farm)
+                results += rs
+                if any(r.signal is not None for r in rs):
+                    return 128 + next(r.signal for r in rs if r.signal is not None)
+    n_ok = sum(r.status == "tuning successful" for r in results)
+    say(f"batch: {n_ok} of {len(results)} models tuned successfully; {farm.stats['cases_distinct']} "
+        f"distinct cases sent of {farm.stats['cases_total']} (bank hits {farm.stats['bank_hits']})")
+    return 0 if n_ok == len(results) == len(lines) else 1

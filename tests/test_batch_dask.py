@@ -1,0 +1,119 @@
+"""Batch tuning on a Dask LocalCluster (2 worker processes, 127.0.0.1): the same banks and result
+figures as the serial run, also when a worker process is killed mid-batch; the list file; the CLI."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import aoe
+from aoe.batch import CaseFarm, parse_list
+from aoe.errors import AoeError
+
+distributed = pytest.importorskip("distributed")
+
+MODELS = ["zoo:mobilenet_v2", "zoo:resnet50", "zoo:bert_base"]
+BUDGET = 150
+
+
+def _opts(**kw):
+    return aoe.TuneOptions(budget=BUDGET, lock=False, workers=1, **kw)
+
+
+def _run(tmp: Path, cluster=None):
+    (tmp / "bank").mkdir(parents=True)
+    (tmp / "work").mkdir()
+    rs = aoe.tune_models(MODELS, bank=tmp / "bank", work_path=tmp / "work", options=_opts(), env={},
+                         cluster=cluster)
+    return rs
+
+
+def _banks(tmp: Path) -> dict[str, bytes]:
+    root = tmp / "bank"
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*_runtime_kb.json"))}
+
+
+def _figures(rs) -> list:
+    # the result file's OPAT objects (the product's figures), per model
+    return [json.loads(json.dumps(r.section)) for r in rs]
+
+
+@pytest.fixture(scope="module")
+def serial(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("serial")
+    rs = _run(tmp)
+    return _banks(tmp), _figures(rs)
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                       dashboard_address=None)
+    c = distributed.Client(cluster)
+    yield c
+    c.close()
+    cluster.close()
+
+
+def test_cluster_batch_equals_the_serial_run(serial, client, tmp_path):
+    rs = _run(tmp_path, client)
+    assert [r.status for r in rs] == ["tuning successful"] * 3
+    banks, figures = serial
+    assert banks and _banks(tmp_path) == banks  # byte for byte, after the batch's compaction
+    assert _figures(rs) == figures
+    files = list((tmp_path / "work").glob("aoe_result_opat_*.json"))
+    assert len(files) == 1  # one result file, one report key per model (written by this process)
+    assert len(json.loads(files[0].read_text())) == 3
+
+
+def test_a_killed_worker_loses_nothing(serial, client, tmp_path):
+    farm = CaseFarm(client)
+    killed = {}
+
+    def killer():
+        deadline = time.time() + 120
+        while time.time() < deadline:  # once the first group is back and others are still running
+            if farm.stats["groups"] and farm.stats["worker_cpu_s"] > 0 and farm._group_keys:
+                pids = client.run(os.getpid)
+                addr, pid = sorted(pids.items())[0]
+                os.kill(pid, signal.SIGKILL)
+                killed["pid"] = pid
+                return
+            time.sleep(0.05)
+
+    t = threading.Thread(target=killer)
+    t.start()
+    try:
+        rs = _run(tmp_path, farm)
+    finally:
+        t.join()
+    assert killed, "the batch ended before a worker could be killed"
+    assert [r.status for r in rs] == ["tuning successful"] * 3
+    banks, figures = serial
+    assert _banks(tmp_path) == banks
+    assert _figures(rs) == figures
+    # the nanny restarted the worker: the cluster has its two workers again
+    client.wait_for_workers(2, timeout=60)
+
+
+def test_list_file_lines_and_errors():
+    lines = parse_list("# batch\nzoo:resnet50 --training --input_shape x:1,3,224,224\n\n"
+                       "m.onnx --soc_version Ascend910A -j 1  # subgraph\n")
+    assert [(x.model, x.mode, x.soc, x.training, x.lineno) for x in lines] == [
+        ("zoo:resnet50", 2, "Ascend910B2", True, 2), ("m.onnx", 1, "Ascend910A", False, 4)]
+    assert lines[0].input_shape == "x:1,3,224,224"
+    with pytest.raises(AoeError, match=r"list:1: .*unrecognized"):
+        parse_list("zoo:resnet50 --bogus\n", "list")
+    with pytest.raises(AoeError, match="no models"):
+        parse_list("# nothing\n")
+
+
+def test_bad_cluster_values_are_input_errors(tmp_path):
+    for bad in ("local:0", "local:x", "", 42):
+        with pytest.raises(AoeError):
+            CaseFarm(bad)
