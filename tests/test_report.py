@@ -216,12 +216,20 @@ def test_explain_shows_the_bound_pipe_and_what_changed(model: str, name: str, sh
             assert rt[p][0] == pytest.approx(rd[p][0], abs=2 * slack), p
     # one sentence per changed field, with simulated numbers
     changed = [f for f, a, b in exp.fields if a != b]
-    if exp.default.sim_op == exp.tuned.sim_op:
-        assert len(exp.reasons) == len(changed) > 0
-        for f, r in zip(changed, exp.reasons):
-            assert r.startswith(f) and ("µs" in r or "only valid together" in r or "a tie the search kept" in r)
-    else:
-        assert len(exp.reasons) == 1 and exp.reasons[0].startswith("kernel ")
+    reasons = exp.reasons
+    if exp.default.sim_op != exp.tuned.sim_op:     # another kernel: its own sentence first
+        assert reasons[0].startswith(f"kernel default→{t.label}") and "µs" in reasons[0]
+        reasons = reasons[1:]
+        if set(d.strategy) != set(t.strategy):
+            assert reasons == []
+            return
+        base = exp.reasons[0]  # the fields are then explained against the new kernel at the default tiling
+        changed = [f for f in changed if f in t.strategy] if "its own default" in base else changed
+    assert reasons
+    for r in reasons:  # one sentence per changed field, in field order, with simulated numbers
+        f = r.split(" ", 1)[0]
+        assert f in changed
+        assert "µs" in r or "only valid together" in r or "a tie the search kept" in r
     text = "\n".join(exp.lines())
     assert "why:" in text and f"bound by {t.bound}" in text
 

@@ -223,10 +223,7 @@ def kernel(soc: Soc, op: Any, strat: Mapping[str, int] | None, label: str) -> Ke
 
 def variant_label(case: OpCase, variant: Variant) -> str:
     """A short name of a kernel variant: "default" for CANN's own, else its format / implementation."""
-    if variant is case.default:
-        return "default"
-    impl = variant.knowledge.get("impl")
-    return str(impl) if isinstance(impl, str) and impl else variant.label
+    return "default" if variant is case.default else variant.label
 
 
 def reprice_ops(graph: Graph, soc: Soc, op_bank_dir: str | os.PathLike[str] | None, *, builtin: bool = True

@@ -178,7 +178,11 @@ def _times(r: float) -> str:
     for k, v in named.items():
         if abs(r - k) < 1e-9:
             return v
-    return f"scales (×{r:.3g})"
+    if r > 1 and abs(r - round(r)) < 1e-9:
+        return f"multiplies by {round(r)}"
+    if 0 < r < 1 and abs(1 / r - round(1 / r)) < 1e-9:
+        return f"divides by {round(1 / r)}"
+    return f"scales by {r:.3g}×"
 
 
 def _mechanism(f: str, a: int, b: int) -> str:
@@ -199,8 +203,9 @@ def _mechanism(f: str, a: int, b: int) -> str:
     if f in ("stepM", "stepN"):
         return f"{f} {a}→{b} stages {b} instead of {a} base blocks along {f[-1]} per L1 load"
     if f in ("dbL0A", "dbL0B", "dbL0C"):
-        what = {"dbL0A": "MTE1 (A) overlaps Cube", "dbL0B": "MTE1 (B) overlaps Cube", "dbL0C": "FixPipe overlaps Cube"}[f]
-        return f"{f} {a}→{b} turns {f[-3:]} ping-pong {'on' if b else 'off'} ({what})"
+        what = {"dbL0A": "MTE1 loads of A overlap Cube", "dbL0B": "MTE1 loads of B overlap Cube",
+                "dbL0C": "FixPipe overlaps Cube"}[f]
+        return f"{f} {a}→{b} turns {f[-3:]} ping-pong {'on' if b else 'off'} (with it, {what})"
     if f in ("iterateOrder", "iterateMNOrder"):
         return f"{f} {a}→{b} swaps the loop order (which operand is re-read)"
     if f.startswith("l2") or f == "tilingEnable":
@@ -235,32 +240,46 @@ def _deltas(before: Kernel, after: Kernel) -> str:
 
 
 def reasons(soc: Soc, default: Side, tuned: Side) -> list[str]:
-    """One sentence per changed field (or one for a changed kernel), with simulated per-pipe deltas."""
+    """One sentence per changed field (and one for a changed kernel), with simulated per-pipe deltas.
+
+    When tuning picked another kernel with the same strategy fields (a matmul with an operand in
+    FRACTAL_NZ), the kernel change is priced first with the default tiling, then every changed field
+    on the new kernel; a kernel with other fields (conv as a matmul) gets the one kernel sentence.
+    """
     d, t = default.kernel, tuned.kernel
+    out: list[str] = []
+    base = d
     if default.sim_op != tuned.sim_op:
         conv = tuned.total_us - t.time_us
-        return [f"kernel {d.label}→{t.label} (another format or implementation of the operator): "
-                f"{_deltas(d, t)}" + (f"; its conversions add {conv:.2f} µs" if conv > 0.005 else "")
-                + f"; bound {d.bound}→{t.bound}"]
-    out: list[str] = []
-    changed = [f for f in t.strategy if d.strategy.get(f) != t.strategy[f]]
+        extra = f"; its conversions add {conv:.2f} µs" if conv > 0.005 else ""
+        if set(d.strategy) != set(t.strategy):
+            return [(f"kernel {d.label}→{t.label} (another implementation of the operator): {_deltas(d, t)}"
+                    f"{extra}; bound {d.bound}→{t.bound}")]
+        base = kernel(soc, tuned.sim_op, d.strategy, "")
+        how = "with the default tiling"
+        if base.bound == "invalid":
+            base = kernel(soc, tuned.sim_op, None, "")
+            how = "with its own default tiling"
+        out.append(f"kernel {d.label}→{t.label} (another format of the operands), {how}: {_deltas(d, base)}{extra}")
+    changed = [f for f in t.strategy if base.strategy.get(f) != t.strategy[f]]
     for f in changed:
-        mech = _mechanism(f, d.strategy[f], t.strategy[f])
-        back = kernel(soc, tuned.sim_op, dict(t.strategy, **{f: d.strategy[f]}), "")
+        mech = _mechanism(f, base.strategy[f], t.strategy[f])
+        back = kernel(soc, tuned.sim_op, dict(t.strategy, **{f: base.strategy[f]}), "")
         if back.bound != "invalid":
             text = _deltas(back, t)
             out.append(f"{mech}: {text}" + ("" if text.startswith("no effect") else
                                             f" (against the tuned strategy with {f} at its default)"))
             continue
-        alone = kernel(soc, tuned.sim_op, dict(d.strategy, **{f: t.strategy[f]}), "")
+        alone = kernel(soc, tuned.sim_op, dict(base.strategy, **{f: t.strategy[f]}), "")
         if alone.bound != "invalid":
-            out.append(f"{mech}: {_deltas(d, alone)} (alone on the default strategy)")
+            text = _deltas(base, alone)
+            out.append(f"{mech}: {text}" + ("" if text.startswith("no effect") else " (alone on the default strategy)"))
         else:
             rest = [g for g in changed if g != f]
             others = ", ".join(rest[:4]) + (f" and {len(rest) - 4} more" if len(rest) > 4 else "")
             out.append(f"{mech}: only valid together with {others or 'the other changes'} "
                        "(alone it breaks a hardware rule either way)")
-    if not changed:
+    if not out:
         out.append("the tuned strategy is the default one: nothing to explain")
     return out
 
@@ -296,7 +315,9 @@ def explain_case(case: OpCase, soc: Soc | str, op_bank_dir: str | os.PathLike[st
     if tuned is None:
         res = tune_case(case, soc, budget=Budget(evaluations=budget))
         op = res.sim_op if res.sim_op is not None else case.default.sim_op
-        label = res.impl if res.impl not in ("default", "") else ("default" if op == case.default.sim_op else res.variant)
+        parts = [res.variant] if res.variant and res.variant != case.default.label else []
+        parts += [res.impl] if res.impl not in ("default", "standard", "") else []
+        label = " + ".join(parts) or "default"
         tuned = Side(f"tuned now ({res.evaluations} evaluations)", kernel(soc, op, res.strategy, label),
                      res.after_us, op)
     return Explanation(case.op_name, case.op_type, soc.name, default, tuned, _fields(dk, tuned.kernel),
