@@ -15,6 +15,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "bank": ("aoe.bank.cli", "inspect, export, import and verify knowledge banks"),
     "batch": ("aoe.batch_cli", "tune a list of models on a Dask cluster: `aoe batch LIST --scheduler tcp://host:8786`"),
     "verify": ("aoe.job.cli:verify_main", "compare a model's simulated time with default strategies vs. the banks"),
+    "bench": ("aoe.benchmark.cli", "benchmark search strategies: `aoe bench search --suite zoo --budgets 200,2000`"),
     "report": ("aoe.report.cli:report_main", "write the HTML report of a tuning job's result file"),
     "explain": ("aoe.report.cli:explain_main", "one operator's default vs tuned strategy, pipe by pipe"),
 }
