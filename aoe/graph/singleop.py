@@ -73,6 +73,7 @@ def single_ops_graph(data: Any, name: str = "singleop") -> Graph:
     tensors: dict[str, Tensor] = {}
     ops: list[Op] = []
     names: set[str] = set()
+    dynamic: list[dict[str, Any]] = []
     for i, d in enumerate(ops_in):
         where = f"operator #{i}"
         if not isinstance(d, dict):
@@ -88,6 +89,11 @@ def single_ops_graph(data: Any, name: str = "singleop") -> Graph:
         names.add(op_name)
         ins = _descs(d.get("input_desc"), f"{where} input_desc", required=True)
         outs = _descs(d.get("output_desc"), f"{where} output_desc", required=False)
+        if any(t["dynamic"] for t in ins + outs):
+            # a dynamic-shape operator is skipped, as the product skips dynamic operators: the others are tuned
+            dynamic.append({"op": op_name, "onnx_type": op_type,
+                            "reason": "dynamic shape (-1/-2 dimension): only static shapes are tuned"})
+            continue
         in_names, out_names = [], []
         for j, t in enumerate(ins):
             tname = f"{op_name}:in{j}"
@@ -99,7 +105,7 @@ def single_ops_graph(data: Any, name: str = "singleop") -> Graph:
             out_names.append(tname)
         ops.append(Op(op_name, op_type, in_names, out_names, _attrs(d.get("attr", d.get("attrs", {})), where)))
     g = Graph(name=name, tensors=tensors, ops=ops, inputs=[n for n, t in tensors.items() if t.kind == "input"],
-              outputs=[o for op in ops for o in op.outputs])
+              outputs=[o for op in ops for o in op.outputs], unsupported=dynamic)
     return g
 
 
@@ -117,14 +123,15 @@ def _descs(v: Any, where: str, required: bool) -> list[dict[str, Any]]:
         shape = t.get("shape")
         if not isinstance(shape, list) or len(shape) > 8 or not all(type(x) is int for x in shape):
             raise AoeError(f"{where}[{j}].shape must be a list of at most 8 integers")
-        if any(x < 1 or x > (1 << 31) - 1 for x in shape):
+        dyn = bool(shape) and all(x >= 1 or x in (-1, -2) for x in shape) and any(x < 0 for x in shape)
+        if not dyn and any(x < 1 or x > (1 << 31) - 1 for x in shape):
             raise AoeError(f"{where}[{j}].shape {shape} must have static dimensions in [1, 2^31-1] "
                            f"(only static shapes can be tuned)")
         dtype = t.get("type", t.get("dtype", "float16"))
         fmt = t.get("format", "ND")
         if not isinstance(dtype, str) or not isinstance(fmt, str) or len(dtype) > 32 or len(fmt) > 32:
             raise AoeError(f"{where}[{j}]: 'type' and 'format' must be short strings")
-        out.append({"shape": tuple(shape), "type": dtype.lower(), "format": fmt.upper()})
+        out.append({"shape": tuple(shape), "type": dtype.lower(), "format": fmt.upper(), "dynamic": dyn})
     return out
 
 

@@ -246,6 +246,13 @@ def resolve_work_path(explicit: str | os.PathLike[str] | None, env: Mapping[str,
             break
     else:
         p, source = base, "the working directory"
+    try:
+        return _check_work_path(p, source)
+    except OSError as exc:  # e.g. a name over 255 characters, a loop of links
+        raise AoeError(f"the work path {str(p)[:300]!r} (from {source}) cannot be used: {exc.strerror or exc}") from None
+
+
+def _check_work_path(p: Path, source: str) -> tuple[Path, str]:
     if not p.exists():
         try:
             p.mkdir(parents=True, exist_ok=True)
