@@ -271,6 +271,61 @@ def _int_list(op_type: str, name: str, v: object) -> list[int]:
 
 
 def _pack_vector(op_type: str, info: Mapping[str, Any]) -> bytes:
+    # hot path of every vector lookup and load: one cached struct per rank pattern, cached op-type and
+    # attrs bytes; anything unusual (or wrong) goes the precise way, which yields the same bytes
+    try:
+        if type(info) is dict and len(info) == 7:
+            name, shapes, attrs = info["op_type"], info["input_shapes"], info["attrs"]
+            lists = [*shapes, info["input_dtypes"], info["input_formats"], info["output_dtypes"],
+                     info["output_formats"]]
+            if type(name) is str and type(shapes) is list and type(attrs) is dict and all(
+                    type(x) is list for x in lists):
+                ranks = tuple(map(len, lists))
+                st = _STRUCTS.get(ranks)
+                if st is None:
+                    if len(_STRUCTS) > 4096:
+                        _STRUCTS.clear()
+                    st = _STRUCTS[ranks] = struct.Struct("<I" + "".join(f"I{r}q" for r in ranks))
+                args: list[Any] = [len(shapes)]
+                for x in lists:
+                    args.append(len(x))
+                    args += x
+                if _INT_ONLY.issuperset(map(type, args)):
+                    head = _NAMES.get(name)
+                    if head is None:
+                        if len(_NAMES) > 4096:
+                            _NAMES.clear()
+                        head = _NAMES[name] = b"AOEV" + _str_bytes(name)
+                    return head + st.pack(*args) + _attrs_bytes(op_type, attrs)
+    except (KeyError, TypeError, struct.error):
+        pass
+    return _pack_vector_slow(op_type, info)
+
+
+_STRUCTS: dict[tuple[int, ...], struct.Struct] = {}
+_NAMES: dict[str, bytes] = {}
+_ATTRS: dict[bytes, bytes] = {}
+
+
+def _attrs_bytes(op_type: str, attrs: dict[str, Any]) -> bytes:
+    """The packed canonical JSON of `attrs`, cached by orjson's sorted dump (distinct values give
+    distinct dumps: 1, 1.0 and true stay apart), computed with the json module as always."""
+    if not attrs:
+        return _EMPTY_ATTRS
+    try:
+        ident = _orjson_sorted(attrs)
+    except Exception:  # noqa: BLE001 - orjson refuses what json may accept (e.g. huge ints): no cache
+        return _str_bytes(_attrs_json(op_type, attrs))
+    b = _ATTRS.get(ident)
+    if b is None:
+        b = _str_bytes(_attrs_json(op_type, attrs))
+        if len(_ATTRS) > 65536:
+            _ATTRS.clear()
+        _ATTRS[ident] = b
+    return b
+
+
+def _pack_vector_slow(op_type: str, info: Mapping[str, Any]) -> bytes:
     if not isinstance(info, Mapping):
         raise BankKeyError(f"{op_type} key must be an object, got {type(info).__name__}")
     if len(info) != len(VECTOR_KEY) or any(f not in info for f in VECTOR_KEY):
@@ -296,6 +351,17 @@ def _pack_vector(op_type: str, info: Mapping[str, Any]) -> bytes:
 def _str_bytes(s: str) -> bytes:
     b = s.encode("utf-8", "surrogatepass")
     return _U32.pack(len(b)) + b
+
+
+_EMPTY_ATTRS = _str_bytes("{}")
+try:
+    import orjson as _oj
+
+    def _orjson_sorted(v: Any) -> bytes:
+        return _oj.dumps(v, option=_oj.OPT_SORT_KEYS)
+except ImportError:  # pragma: no cover - orjson is a dependency
+    def _orjson_sorted(v: Any) -> bytes:
+        raise TypeError("no orjson")
 
 
 def _ints(vals: list[int], op_type: str) -> bytes:

@@ -25,7 +25,9 @@ from __future__ import annotations
 import copy
 import os
 import re
+import threading
 import warnings
+import weakref
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -287,8 +289,13 @@ class OpBank:
         self.core_num = core_num_for(soc, core_num)
         self.dir = self.root / "unified_bank"
         self.hash_fn, self.readonly, self.source, self.revalidate = hash_fn, readonly, source, revalidate
-        # op type -> (file path, stat signature when read, its index)
-        self._cache: dict[str, tuple[str, jsonl.Signature | None, OpFile]] = {}
+        # op type -> (file path, stat signature when read, its index, a read descriptor or None): an
+        # fstat of the open file (no path walk) tells an append or an in-place edit, and a link count
+        # of 0 a replacement (compaction) or removal; without a descriptor the path is stat'ed
+        self._cache: dict[str, tuple[str, jsonl.Signature | None, OpFile, int | None]] = {}
+        self._fds: set[int] = set()
+        self._mutex = threading.Lock()  # catching up (the slow path) is done by one thread at a time
+        weakref.finalize(self, _close_all, self._fds)
 
     def path_for(self, op_type: str) -> Path:
         """The bank file of `op_type`; rejects names that could leave the bank directory."""
@@ -322,8 +329,26 @@ class OpBank:
             warnings.warn(f"{exc}; skipped", jsonl.BankWarning, stacklevel=4)
             f = OpFile(jsonl.Lines(path), op_type, schema_for(op_type), self.hash_fn, self.source)
             f.lines.sig = jsonl.current_signature(str(path))
-        self._cache[op_type] = (str(path), f.lines.sig, f)
+        self._remember(op_type, path, f)
         return f
+
+    def _remember(self, op_type: str, path: Path, f: OpFile) -> None:
+        fd = None
+        if self.revalidate and f.lines.sig is not None:
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+                if jsonl.signature(os.fstat(fd)) != f.lines.sig:  # changed already: the next call catches up
+                    os.close(fd)
+                    fd = None
+            except OSError:
+                fd = None
+        old = self._cache.get(op_type)
+        self._cache[op_type] = (str(path), f.lines.sig, f, fd)
+        if fd is not None:
+            self._fds.add(fd)
+        if old is not None and old[3] is not None:
+            self._fds.discard(old[3])
+            os.close(old[3])
 
     def file(self, op_type: str) -> OpFile:
         """The current index of `op_type`'s file; new lines are read when its stat signature changed.
@@ -332,11 +357,24 @@ class OpBank:
         in-place edit, so a cached index never hides a new entry; an append costs only its own lines.
         """
         hit = self._cache.get(op_type)
-        if hit is not None and (not self.revalidate or jsonl.current_signature(hit[0]) == hit[1]):
-            return hit[2]
         if hit is not None:
-            return self._catch_up(op_type, Path(hit[0]), hit[2])
-        return self._catch_up(op_type, self.path_for(op_type), None)
+            if not self.revalidate:
+                return hit[2]
+            fd = hit[3]
+            if fd is not None:
+                try:
+                    st = os.fstat(fd)
+                    if st.st_nlink and (st.st_mtime_ns, st.st_size, st.st_ino) == hit[1]:
+                        return hit[2]
+                except OSError:
+                    pass
+            elif jsonl.current_signature(hit[0]) == hit[1]:
+                return hit[2]
+        with self._mutex:
+            hit = self._cache.get(op_type)
+            if hit is not None:
+                return self._catch_up(op_type, Path(hit[0]), hit[2])
+            return self._catch_up(op_type, self.path_for(op_type), None)
 
     def lookup(self, op_type: str, key: Mapping[str, Any]) -> Entry | None:
         """The stored strategy of one case, or None; a hit needs the id and the whole key to match."""
@@ -376,7 +414,7 @@ class OpBank:
         for op_type, idxs in by_op.items():
             path = self._writable(op_type)
             schema = schema_for(op_type)
-            with jsonl.locked(path):
+            with self._mutex, jsonl.locked(path):
                 f = self._under_lock(op_type, path)
                 new: list[dict[str, Any]] = []
                 placed: dict[tuple[int, bytes], int] = {}  # same case twice in one batch
@@ -411,14 +449,14 @@ class OpBank:
                     f.extend(start)
                     if f.dups > max(len(f.index), 1024):
                         f = self._compact_locked(op_type, path, f)
-                    self._cache[op_type] = (str(path), f.lines.sig, f)
+                    self._remember(op_type, path, f)
         return outcomes
 
     def _compact_locked(self, op_type: str, path: Path, f: OpFile) -> OpFile:
         jsonl.remove_stale_temps(path)
         lines = jsonl.rewrite(f.canonical())
         g = OpFile(lines, op_type, f.schema, self.hash_fn, self.source)
-        self._cache[op_type] = (str(path), lines.sig, g)
+        self._remember(op_type, path, g)
         return g
 
     def duplicates(self, op_type: str) -> int:
@@ -430,7 +468,7 @@ class OpBank:
         out: dict[str, int] = {}
         for op in [op_type] if op_type else self.op_types():
             path = self._writable(op)
-            with jsonl.locked(path):
+            with self._mutex, jsonl.locked(path):
                 f = self._under_lock(op, path)
                 if f.dups or f.lines.open_tail or (f.lines.sig and f.lines.sig[1] > f.lines.offset):
                     before = len(f.lines.raw)
@@ -456,6 +494,15 @@ class OpBank:
         """Every usable entry of one operator type, or of all."""
         for op in [op_type] if op_type else self.op_types():
             yield from self.file(op).entries()
+
+
+def _close_all(fds: set[int]) -> None:
+    for fd in list(fds):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    fds.clear()
 
 
 class BuiltinBank(OpBank):
