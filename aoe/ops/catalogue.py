@@ -240,7 +240,14 @@ def _conv_case(graph: Graph, op: Op) -> OpCase:
         raise Unsupported(f"{op.type} with input {list(x)} and weight {list(w)} is not 2-D")
     dtype = _sim_dtype(dtype_t)
     kind = {"DepthwiseConv2D": "Conv2D", "Conv2DTranspose": "Conv2DBackpropInput"}.get(op.type, op.type)
-    base = Conv2D(x=x, weight=w, strides=strides, pads=pads, dilations=dil, groups=groups, dtype=dtype,
+    sim_x, sim_w, sim_g = x, w, groups
+    if 1 < groups == x[1] == w[0] and w[1] == 1:
+        # Depthwise: CANN's DepthwiseConv2D kernels keep the filter as C1HWNCoC0, a C0 x C0 diagonal block
+        # per C0 channels, so the Cube runs a group conv of C1 groups of C0 channels (C0 times the useful MACs)
+        c0 = 32 // DTYPE_BYTES[dtype]
+        c1 = -(-groups // c0)
+        sim_x, sim_w, sim_g = (x[0], c1 * c0, x[2], x[3]), (c1 * c0, c0, w[2], w[3]), c1
+    base = Conv2D(x=sim_x, weight=sim_w, strides=strides, pads=pads, dilations=dil, groups=sim_g, dtype=dtype,
                   bias=bool(attrs.get("has_bias")), op_type=kind)  # type: ignore[arg-type]
     ho, wo = base.out_hw
     key = schema_for(op.type).canonical_key(op.type, {

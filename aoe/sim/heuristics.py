@@ -1,9 +1,47 @@
 """Default (pre-tuning) strategies: what CANN's tiling heuristics would pick.
 
-These are the "before" of every tuning report, so they follow CANN's published defaults (base block
-(128, 256, 64) for fp16 on Atlas A2, (256, 256, 64) with a 256 KB L0C, K streamed through L1 in
-256-element chunks with L1 and L0 ping-pong, balanced multi-core split, L2 tiling when the operands
-do not fit in L2) rather than a strawman.
+These are the "before" of every tuning report: what the compiler runs without tuning. They follow
+CANN's published defaults and the rules its tiling functions apply from the shapes and the SoC
+description alone (never by running the kernel), rule by rule:
+
+Matmul (`default_matmul`)
+  M1. Base blocks: CANN's (128, 256, 64) for fp16, (256, 256, 64) with a 256 KB L0C, then the
+      alternatives (256, 128), (128, 128, 128), (64, 512, 32); smaller fall-back blocks only when they
+      beat those by more than 15% (too few output blocks for the cores). baseK keeps 128 B rows.
+  M2. Core split (batch, M, N): each core gets one singleCoreM x singleCoreN region of whole base blocks
+      (usedCoreNum = the regions, never more than the blocks); the choice minimises the busiest core's
+      estimate: the larger of its Cube fractals and its bytes (A and B panels, output) at its share of
+      HBM, plus a fixed cost per task it runs (task start-up and the first GM round trip).
+  M3. K streamed through L1 in 256-element chunks, L1 and L0 ping-pong; L2 tiling when A and B
+      overflow 80% of L2 (the longer side cut first).
+Convolution (`default_conv`: Conv2D, Conv2DBackpropInput, Conv2DBackpropFilter)
+  C1. Core split over groups, batch, output rows and channel blocks (16 output channels; for the
+      filter gradient C0-channel groups of Cin, i.e. columns of Cin*kh*kw): the least estimated time of
+      the busiest core (Cube fractals, img2col expansion into L0, bytes moved at its HBM share, fixed cost
+      per group task), among splits within 2% of it the fewest cores.
+  C2. A split of the feature map leaves every core whole rows and at least one 16-pixel fractal: a
+      7x7 map is never cut over 7 cores. For the filter gradient the pixels are the reduction: a split of
+      them (batch or rows) adds fp32 partial sums that every core writes atomically, which the estimate
+      charges, so small maps split over Cin*kh*kw instead.
+  C3. L0 blocks of about 128 output pixels (whole output-row divisors), K in 64-element (fp16) steps,
+      L1 holding whole kernel windows of 1-4 C0-channel groups and 1-4 L0 row blocks, full ping-pong; a
+      smaller pixel block or N block only when those do not fit.
+  C4. Depthwise convolutions are priced as CANN's depthwise kernels run them (`aoe.ops` builds the
+      descriptor): the filter in C1HWNCoC0, a C0 x C0 diagonal block per C0 channels, i.e. a group conv
+      of C1 groups of C0 channels on the Cube; the Vector unit's depthwise kernel is an Impl alternative.
+Vector (`default_vector`)
+  V1. blockDim: rows (row operators) or 32 B blocks, as many cores as the busiest core's share needs
+      (blockDim = ceil(units / ceil(units / cores))); a reduction of fewer rows than cores splits its
+      rows over cores (atomic add) when every core keeps a 32 B block.
+  V2. Tiles: the largest UB tile that fits with double buffering, evened out over the loop count it
+      implies (Ascend C's tileLength = blockLength / tileNum: no short tail loop); a share that can be
+      cut in two is, so that ping-pong has two loops in flight (BUFFER_NUM = 2). Single buffering only
+      when nothing double-buffered fits.
+  V3. Softmax keeps a whole row in UB when it fits (its one-pass implementation), else two passes.
+
+Every rule is a candidate list tried in order; the first candidate the simulator accepts is the
+default (`default_strategy` never returns an invalid strategy). The cost estimates are coarse on
+purpose: tuning still finds what they miss (pipe overlap, L1 staging, iterate order, Format, Impl).
 """
 from __future__ import annotations
 
@@ -75,8 +113,15 @@ def default_matmul(soc: Soc, op: MatMul) -> dict[str, int]:
         # busiest core's Cube work (padding and core balance included); fall-back blocks (smaller,
         # less L1 reuse) must win by more than 15%; among CANN's own, the first is preferred
         b_dim, m_dim, n_dim = _core_split(soc.cube_cores, batch, _cdiv(op.m, bm), _cdiv(op.n, bn))
-        per_core = (_cdiv(batch, b_dim) * _cdiv(_cdiv(op.m, bm), m_dim) * _cdiv(_cdiv(op.n, bn), n_dim)
-                    * bm * bn * kal)
+        waves = _cdiv(batch, b_dim)
+        s_m_e, s_n_e = _cdiv(_cdiv(op.m, bm), m_dim) * bm, _cdiv(_cdiv(op.n, bn), n_dim) * bn
+        cube = waves * s_m_e * s_n_e * kal / (16 * 16 * k0)
+        # what the busiest core moves (its A and B panels and its output) at its share of HBM, and a
+        # fixed cost per task it runs (launch of the task's pipeline, first GM round trip)
+        used_e = b_dim * m_dim * n_dim
+        moved = waves * ((min(s_m_e, op.m) + min(s_n_e, op.n)) * op.k * ea + s_m_e * s_n_e * 2)
+        rate = min(soc.ddr_rate, soc.hbm_gbps * soc.hbm_efficiency * 1000.0 / soc.freq_mhz / used_e)
+        per_core = max(cube, moved / rate) + waves * (soc.scalar_task_cycles + soc.dma_latency_cycles)
         est = per_core * ((1.0 + 0.04 * rank) if rank < canonical else 1.15)
         used = min(soc.cube_cores, batch * _cdiv(op.m, bm) * _cdiv(op.n, bn))
         if best is None or (est, rank) < (best[0], best[1]):
@@ -123,6 +168,11 @@ def default_matmul(soc: Soc, op: MatMul) -> dict[str, int]:
     raise AssertionError(f"default matmul tiling invalid ({_sim.REASONS[int(reasons[0])]}) for {op}")
 
 
+def _even(tile: int, length: int, align: int) -> int:
+    """The aligned tile that covers `length` in as many loops as `tile` does, with equal loops."""
+    return min(tile, _align(_cdiv(length, _cdiv(length, tile)), align))
+
+
 def default_vector(soc: Soc, op: VectorOp, allowed_impls: set[int] | None = None) -> dict[str, int]:
     """CANN-like vector tiling: all useful cores, the largest double-buffered UB tile that fits.
 
@@ -146,17 +196,35 @@ def default_vector(soc: Soc, op: VectorOp, allowed_impls: set[int] | None = None
     if (op.op_type.startswith("Reduce") and rows < soc.vector_cores and op.impls > 1
             and row_len >= 2 * align and (allowed_impls is None or 1 in allowed_impls)):
         impl = 1  # too few rows to keep the cores busy: split rows and accumulate atomically
-        units = max(1, min(soc.vector_cores, _cdiv(row_len, align)))
+        units = max(1, min(soc.vector_cores, row_len // align))  # a full 32 B block per core at least
     block = max(1, min(soc.vector_cores, units))
+    block = _cdiv(units, _cdiv(units, block))  # as many cores as the busiest core's share needs
     per_core = _align(_cdiv(elems, block), align)
     cap = (soc.ub - soc.ub_reserved) // ea
-    # largest first: the whole per-core share, then UB-sized tiles halving down
+    # largest first: the whole per-core share, then UB-sized tiles halving down; each one evened out
+    # over the loop count it implies (Ascend C's tileLength = blockLength / tileNum), so no short tail
     tiles = sorted({per_core} | {min(per_core, (cap >> s) // align * align) for s in range(16)}, reverse=True)
     tiles = [t for t in tiles if t >= align]
+    share_rows = _cdiv(rows, block)
+    if impl == 1:
+        share = _cdiv(row_len, block)
+        tiles = [_even(t, share, align) for t in tiles]
+        one_loop = share >= 2 * align
+    elif op.axes and op.op_type not in ("Transpose", "TransData"):
+        tiles = [_align(_cdiv(share_rows, _cdiv(share_rows, t // row_len)) * row_len, align) if t >= row_len
+                 else _even(t, row_len, align) for t in tiles]
+        share, one_loop = share_rows * row_len, share_rows >= 2
+    else:
+        tiles = [_even(t, per_core, align) for t in tiles]
+        share, one_loop = per_core, per_core >= 2 * align
+    tiles = sorted(set(tiles), reverse=True)
+    # ping-pong needs two loops in flight: with double buffering a share that can be cut in two is
+    # (Ascend C's BUFFER_NUM = 2); a single loop is left to the single-buffered candidates
+    two = [t for t in tiles if not (one_loop and t >= share)]
     softmax_fit = op.op_type == "SoftmaxV2"
     cands = []
     for db in (1, 0):
-        for t in tiles:
+        for t in (two or tiles) if db else tiles:
             cands.append([block, t, db, 2 if softmax_fit and t >= row_len else impl])
             if softmax_fit:
                 cands.append([block, t, db, impl])
@@ -177,36 +245,88 @@ def _divisor_at_most(x: int, limit: int) -> int:
     return 1
 
 
-def default_conv(soc: Soc, op: Conv2D) -> dict[str, int]:
-    """CANN-like Conv2D / backprop tiling: batch then output rows over cores, ~128-pixel L0 blocks."""
+def _conv_split(soc: Soc, op: Conv2D, out_h: int, out_w: int, n_units: int, k_al: int) -> tuple[int, int, int, int]:
+    """(groupDim, batchDim, hoDim, nDim): the core split with the least estimated time per core.
+
+    The estimate is what a tiling function can know without running the kernel: the busiest core's
+    Cube fractals (pixels and channels padded to 16, K to C0), its img2col expansion into L0 (which a
+    split of the channels does not shrink), and the bytes it moves (its feature-map patch with halo,
+    its weight slice, its output, fp32 partial sums when the reduction of a filter gradient is split)
+    at its share of the chip's HBM bandwidth; the largest of the three, plus a fixed cost per group
+    task it runs. A spatial split must leave every core
+    whole output rows and at least one 16-pixel fractal; among splits within 2% of the best estimate
+    the one with fewest cores wins (fewer partial sums, fewer duplicated weight loads).
+    """
     n, c, h, w = op.x
+    cout, _, kh, kw = op.weight
+    ea, eo = DTYPE_BYTES[op.dtype], DTYPE_BYTES[op.out_dtype]
+    c0 = 32 // ea
+    g = op.groups
+    cin_g, co_g = c // g, cout // g
+    sh = op.strides[0]
+    ekh = op.dilations[0] * (kh - 1) + 1
+    filt = op.op_type.endswith("BackpropFilter")
+    dx = op.op_type.endswith("BackpropInput")
+    cores = soc.cube_cores
+    chip_bpc = soc.hbm_gbps * soc.hbm_efficiency * 1000.0 / soc.freq_mhz
+    in_c = _align(co_g if dx else cin_g, c0)           # channels of the map that is read
+    in_h, in_w = (op.out_hw if dx else (h, w))
+    step = 1 if dx else sh
+    # img2col (load3d) expands the patch into L0 at about half the plain copy rate (the simulator's
+    # inferred constant); a 1x1 stride-1 conv is a plain copy
+    load3d = 1.0 if kh * kw == 1 and op.strides == (1, 1) else 0.5
+    fixed = soc.scalar_task_cycles + soc.dma_latency_cycles  # per task (a group is a task of its own)
+    seen: set[tuple[int, ...]] = set()
+    scored: list[tuple[float, int, tuple[int, ...]]] = []
+    for gd in range(1, min(g, cores) + 1):
+        for bd in range(1, min(n, cores // gd) + 1):
+            for hd in range(1, min(out_h, cores // (gd * bd)) + 1):
+                for nd in range(1, min(n_units, cores // (gd * bd * hd)) + 1):
+                    dims = tuple(_cdiv(x, _cdiv(x, d)) for x, d in ((g, gd), (n, bd), (out_h, hd), (n_units, nd)))
+                    if dims in seen:
+                        continue
+                    seen.add(dims)
+                    g_c, n_c, rows, u_c = (_cdiv(x, d) for x, d in zip((g, n, out_h, n_units), dims))
+                    if dims[2] > 1 and rows * out_w < 16:
+                        continue  # a core would get less than one fractal of output pixels
+                    used = dims[0] * dims[1] * dims[2] * dims[3]
+                    pix = n_c * rows * out_w
+                    patch_rows = min(in_h, (rows - 1) * step + ekh) if not dx else min(in_h, _cdiv(rows + ekh, sh))
+                    if filt:
+                        n_core = u_c * c0 * kh * kw  # dW columns: C0-channel groups x kernel window
+                        cube = _cdiv(co_g, 16) * _cdiv(n_core, 16) * _cdiv(pix, c0)
+                        expand = _align(pix, c0) * n_core * ea / (soc.l1_to_l0b_rate * load3d)
+                        split_k = dims[1] * dims[2] > 1
+                        moved = (co_g * pix + n_c * patch_rows * w * u_c * c0) * ea \
+                            + _align(co_g, 16) * n_core * (4 if split_k else eo)
+                    else:
+                        n_core = u_c * 16
+                        cube = _cdiv(pix, 16) * u_c * (k_al // c0)
+                        expand = _align(pix, 16) * k_al * ea / (soc.l1_to_l0a_rate * load3d)
+                        moved = (n_c * patch_rows * in_w * in_c + n_core * k_al) * ea + pix * n_core * eo
+                    rate = min(soc.ddr_rate, chip_bpc / used)
+                    scored.append((g_c * (max(cube, expand, moved / rate) + fixed), used, dims))
+    assert scored, "no core split"
+    least = min(e for e, _, _ in scored)
+    return min((u, e, d) for e, u, d in scored if e <= 1.02 * least)[2]
+
+
+def default_conv(soc: Soc, op: Conv2D) -> dict[str, int]:
+    """CANN-like Conv2D / backprop tiling: core split by estimate (rules C1, C2), ~128-pixel L0 blocks."""
+    _, c, h, w = op.x
     cout, _, kh, kw = op.weight
     ea = DTYPE_BYTES[op.dtype]
     c0 = 32 // ea
     g = op.groups
     ho, wo = op.out_hw
     cin_g, co_g = c // g, cout // g
-    cores = soc.cube_cores
     filt = op.op_type.endswith("BackpropFilter")
     if op.op_type.endswith("BackpropInput"):
         out_h, out_w, out_c, k_al = h, w, cin_g, _align(co_g, c0) * kh * kw
     else:
         out_h, out_w, out_c, k_al = ho, wo, co_g, _align(cin_g, c0) * kh * kw
     n_units = _cdiv(cin_g, c0) if filt else _cdiv(out_c, 16)  # dW splits N by C0-channel groups
-    # Balanced split over groups, batch, output rows and channel blocks: least work on the busiest
-    # core, then fewest cores; each dim is normalised so that no core is left without a block.
-    best = None
-    for gd in range(1, min(g, cores) + 1):
-        for bd in range(1, min(n, cores // gd) + 1):
-            for hd in range(1, min(out_h, cores // (gd * bd)) + 1):
-                nd = min(n_units, cores // (gd * bd * hd))
-                dims = [_cdiv(x, _cdiv(x, d)) for x, d in ((g, gd), (n, bd), (out_h, hd), (n_units, nd))]
-                load = _cdiv(g, dims[0]) * _cdiv(n, dims[1]) * _cdiv(out_h, dims[2]) * _cdiv(n_units, dims[3])
-                key = (load, dims[0] * dims[1] * dims[2] * dims[3])
-                if best is None or key < best[0]:
-                    best = (key, dims)
-    assert best is not None
-    gd, bd, hd, nd = best[1]
+    gd, bd, hd, nd = _conv_split(soc, op, out_h, out_w, n_units, k_al)
     ho_core = _cdiv(out_h, hd)
     wo_l0 = _divisor_at_most(out_w, 128)
     ho_l0 = max(1, min(ho_core, 128 // wo_l0))
