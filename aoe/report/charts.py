@@ -311,30 +311,36 @@ def _kernels(n: int) -> str:
 
 
 def fusion_map(data: ReportData, top: int = 10) -> str:
-    """The distinct subgraphs that gained most: kernels as boxes, default fusion above, tuned below."""
+    """The distinct subgraphs that gained most: kernels as boxes, default fusion above, tuned below.
+
+    One axes holds every subgraph (three rows each: title, default lane, tuned lane): an axes per
+    subgraph would spend most of the drawing time on tick machinery nobody reads here.
+    """
     subs = sorted(data.subgraphs, key=lambda s: (-s.gain_us, -s.default_us * s.instances))[:top]
     width = max([len(s.op_types) for s in subs] + [3])
-    fig = _figure(10.5, 1.25 * max(1, len(subs)) + 0.5)
-    fig.subplots_adjust(left=0.07, right=0.99, top=1 - 0.3 / fig.get_figheight(), bottom=0.05, hspace=0.5)
+    fig = _figure(10.5, 0.42 * 3 * max(1, len(subs)) + 0.2)
+    ax = fig.add_subplot()
+    fig.subplots_adjust(left=0.01, right=0.99, top=0.99, bottom=0.01)
     for k, s in enumerate(subs):
-        ax = fig.add_subplot(len(subs), 1, k + 1)
-        _lane(ax, s, s.default_groups, 1.0)
-        _lane(ax, s, s.tuned_groups, 0.0)
-        ax.set_xlim(-0.6, width + 2.4)
-        ax.set_ylim(-0.55, 1.55)
-        ax.set_yticks([1.0, 0.0], ["default", "tuned"], fontsize=7)
-        ax.set_xticks([])
-        for side in ("top", "right", "bottom"):
-            ax.spines[side].set_visible(False)
+        y0 = -3.0 * k
+        ax.text(-1.5, y0 + 0.05, f"subgraph {s.key}" + (" (bank)" if s.in_bank else
+                                                       " (no bank entry: default fusion)"),
+                fontsize=7, fontweight="bold", va="center")
+        for y, name, groups in ((y0 - 1.0, "default", s.default_groups), (y0 - 2.0, "tuned", s.tuned_groups)):
+            ax.text(-0.75, y, name, fontsize=7, va="center", ha="right")
+            _lane(ax, s, groups, y)
         gain = (s.default_us / s.tuned_us - 1) * 100 if s.tuned_us > 0 else 0.0
         df, tf = s.default_flags, s.tuned_flags
-        ax.text(width + 0.1, 1.0, f"{_kernels(len(s.default_groups))}, {s.default_us:.1f} µs\n"
+        ax.text(width + 0.1, y0 - 1.0, f"{_kernels(len(s.default_groups))}, {s.default_us:.1f} µs\n"
                 f"{df['split']} split, tile {df['tile']}{', L2' if df['l2'] else ''}", va="center", fontsize=6.5)
-        ax.text(width + 0.1, 0.0, f"{_kernels(len(s.tuned_groups))}, {s.tuned_us:.1f} µs ({gain:+.1f}% faster)\n"
+        ax.text(width + 0.1, y0 - 2.0, f"{_kernels(len(s.tuned_groups))}, {s.tuned_us:.1f} µs ({gain:+.1f}% faster)\n"
                 f"{tf['split']} split, tile {tf['tile']}{', L2' if tf['l2'] else ''}; ×{s.instances}: "
                 f"−{s.gain_us:.1f} µs", va="center", fontsize=6.5)
-        ax.set_title(f"subgraph {s.key}" + (" (bank)" if s.in_bank else " (no bank entry: default fusion)"),
-                     fontsize=7, loc="left", y=1.0)
+        if k:
+            ax.axhline(y0 + 0.5, color="#ddd", lw=0.6)
+    ax.set_xlim(-1.6, width + 2.4)
+    ax.set_ylim(-3.0 * max(1, len(subs)) + 0.45, 0.45)
+    ax.set_axis_off()
     return to_svg(fig, "fusion")
 
 
