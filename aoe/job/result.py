@@ -81,6 +81,7 @@ class ResultFile:
             path = claim_name(self.work_dir, f"aoe_result_{kind}_", f"_pid{os.getpid()}.json")
         self.path = Path(path)
         self.reports: dict[str, list[dict[str, Any]]] = {}
+        self._journal_fd: int | None = None
 
     @property
     def state_path(self) -> Path:
@@ -162,12 +163,42 @@ class ResultFile:
         except OSError as exc:
             raise AoeError(f"cannot write resume state {self.state_path}: {exc.strerror or exc}") from None
 
-    def remove_state(self) -> None:
-        """Forget the resume state (the job finished)."""
+    @property
+    def journal_path(self) -> Path:
+        """The append-only journal of finished cases beside the state (newer than the state's checkpoint)."""
+        return self.path.with_name(f".{self.path.name}.journal")
+
+    def append_journal(self, entry: dict[str, Any]) -> None:
+        """Append one finished case (its records' states) to the journal: one JSON line, no rewrite.
+
+        A line is written with one `write` on an O_APPEND descriptor, so a kill leaves whole lines and
+        at most one cut last line (skipped when read). The page cache keeps it through a `kill -9`; the
+        checkpoints (state and result file, fsynced) bound what a power loss can take.
+        """
+        line = (json.dumps(entry, ensure_ascii=False, allow_nan=False, separators=(",", ":")) + "\n").encode("utf-8")
         try:
-            os.unlink(self.state_path)
-        except FileNotFoundError:
-            pass
+            if self._journal_fd is None:
+                self._journal_fd = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                                           | os.O_CLOEXEC, 0o666)
+            os.write(self._journal_fd, line)
+        except OSError as exc:
+            raise AoeError(f"cannot write the resume journal {self.journal_path}: {exc.strerror or exc}") from None
+
+    def close_journal(self) -> None:
+        if self._journal_fd is not None:
+            try:
+                os.close(self._journal_fd)
+            finally:
+                self._journal_fd = None
+
+    def remove_state(self) -> None:
+        """Forget the resume state and its journal (the job finished)."""
+        self.close_journal()
+        for p in (self.state_path, self.journal_path):
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
 
 
 def read_state(path: Path) -> dict[str, Any] | None:
@@ -187,6 +218,43 @@ def read_state(path: Path) -> dict[str, Any] | None:
     if not isinstance(data.get("job", {}), dict) or not isinstance(data.get("done", []), list):
         return None
     return data
+
+
+def read_journal(state_path: Path) -> list[dict[str, Any]]:
+    """The journal entries beside a state file (`{"elapsed_s", "done": [record states]}`); damaged lines skipped."""
+    journal = state_path.with_name(state_path.name[: -len(".state")] + ".journal")
+    try:
+        raw = read_regular(journal, MAX_RESULT_FILE, "resume journal")
+    except AoeError:
+        return []
+    out = []
+    for line in raw.splitlines():
+        try:
+            entry = json.loads(line.decode("utf-8"))
+        except (ValueError, RecursionError):
+            continue  # the line a kill cut, or damage: its case is tuned again
+        if isinstance(entry, dict) and isinstance(entry.get("done"), list):
+            out.append(entry)
+    return out
+
+
+def remove_stale_temps(work_dir: Path, kind: str) -> list[Path]:
+    """Temp files of atomic rewrites left in `work_dir` by killed jobs of this host (their pid is gone)."""
+    removed = []
+    for p in work_dir.glob(f".*aoe_result_{kind}_*_pid*.json*.tmp"):
+        try:
+            pid = int(p.name.split("_pid", 1)[1].split(".", 1)[0])
+        except (IndexError, ValueError):
+            continue
+        if pid == os.getpid() or pid_alive(pid):
+            continue
+        try:
+            if p.is_file() and not p.is_symlink():
+                os.unlink(p)
+                removed.append(p)
+        except OSError:
+            pass
+    return removed
 
 
 def pid_alive(pid: int) -> bool:

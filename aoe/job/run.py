@@ -35,12 +35,13 @@ from ..soc import Soc, load_soc
 from ..tuning import FAILED, INCOMPLETE, SUCCESS, Events, Report
 from .lock import DeviceLock
 from .progress import Progress, opat_summary, sgat_summary, skipped_entries
-from .result import ResultFile, atomic_write_json, find_interrupted
+from .result import ResultFile, atomic_write_json, find_interrupted, read_journal, remove_stale_temps
 from .settings import DEFAULT_SOC, JobSettings, JobSpec, _warn, settings_from_env
 from .signals import StopFlag
 from .verification import verify_graph
 
 KIND = {1: "sgat", 2: "opat"}
+CHECKPOINT_S = 1.0  # the result file and resume state are rewritten at most this often (and at the end)
 __all__ = ["JobResult", "JobSpec", "JobSettings", "run_job", "settings_from_env", "load_graph", "graph_fingerprint",
            "DEFAULT_SOC", "SUCCESS", "FAILED", "INCOMPLETE"]
 
@@ -269,7 +270,7 @@ def _tuner(kind: str, settings: JobSettings) -> _Tuner:
 class _JobEvents(Events):
     """The tuner's events as the job handles them: progress bar, result file, resume state, stop flag."""
 
-    def __init__(self, progress: Progress, stop: StopFlag, write: Callable[[Report | None, bool], None]) -> None:
+    def __init__(self, progress: Progress, stop: StopFlag, write: Callable[..., None]) -> None:
         self.report: Report | None = None
         self._progress, self._stop, self._write = progress, stop, write
 
@@ -280,7 +281,7 @@ class _JobEvents(Events):
     def case_done(self, records: Sequence[Any], hit: bool) -> None:
         label = records[0].label if records else ""
         self._progress.step(hit, label, sum(r.n_ops for r in records))
-        self._write(self.report, False)
+        self._write(self.report, False, new=records)
 
     def should_stop(self) -> bool:
         return self._stop()
@@ -350,6 +351,8 @@ def _run_locked(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, tune
     job_id = {"kind": kind, "fingerprint": graph_fingerprint(graph), "soc": soc.name}
     prev_state: dict[str, Any] = {}
     if settings.reload:
+        for tmp in remove_stale_temps(settings.work_path, kind):
+            _say(out, f"--reload: removed {tmp.name}, a temp file left by a killed job")
         found = find_interrupted(settings.work_path, kind, job_id)
         if found is None:
             _say(out, f"--reload: no interrupted {kind.upper()} job of {tuning_name} on {soc.name} in "
@@ -358,6 +361,11 @@ def _run_locked(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, tune
             path, prev_state = found
             rf = ResultFile.open_existing(path, kind)
             key = str(prev_state["report_key"])
+            # the cases finished after the last checkpoint are in the journal
+            journal = [e for e in read_journal(rf.state_path) if e.get("key") == key]
+            prev_state["done"] = list(prev_state.get("done", [])) + [d for e in journal for d in e["done"]]
+            elapsed = [float(e.get("elapsed_s", 0.0)) for e in journal if isinstance(e.get("elapsed_s"), (int, float))]
+            prev_state["elapsed_s"] = max([float(prev_state.get("elapsed_s", 0.0))] + elapsed)
             _say(out, f"--reload: resuming the interrupted job in {path} "
                       f"({len(prev_state.get('done', []))} {'operators' if kind == 'opat' else 'subgraphs'} "
                       f"already done)")
@@ -376,11 +384,23 @@ def _run_locked(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, tune
     prev_elapsed = float(prev_state.get("elapsed_s", 0.0))
     t0 = time.perf_counter()
 
-    def write(report: Report | None, final: bool, section: bool = True) -> None:
+    last = [-CHECKPOINT_S]
+
+    def write(report: Report | None, final: bool, section: bool = True, new: Sequence[Any] = ()) -> None:
+        # every case goes to the journal (one appended line); the result file and the state are rewritten
+        # at most once per CHECKPOINT_S and at the end, so the cost does not grow with cases squared
+        now = time.perf_counter()
+        elapsed = prev_elapsed + now - t0
+        states = [r.to_state() for r in new if not getattr(r, "skipped", None)]
+        if states:
+            rf.append_journal({"key": key, "elapsed_s": round(elapsed, 3), "done": states})
+        if not final and now - last[0] < CHECKPOINT_S:
+            return
+        last[0] = now
         rf.set_task(key, tuning_name, None, report.to_result_section() if report is not None and section else None)
         rf.write()
         recs = report.records if report is not None else list(done.values())
-        rf.write_state(dict(state_base, elapsed_s=prev_elapsed + time.perf_counter() - t0,
+        rf.write_state(dict(state_base, elapsed_s=elapsed,
                             done=[r.to_state() for r in recs if not getattr(r, "skipped", None)],
                             status="interrupted" if final else "running"))
 
@@ -400,6 +420,7 @@ def _run_locked(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, tune
         progress.close()
         stop.restore()
         write(events.report, True, section=tuner.section_on_error)
+        rf.close_journal()
         raise
     finally:
         progress.close()
@@ -410,6 +431,7 @@ def _run_locked(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, tune
         if report is not None:
             report.status = INCOMPLETE
         write(report, True)
+        rf.close_journal()
         return JobResult(kind, INCOMPLETE, rf.path, key, tuning_name, report,
                          report.to_result_section() if report is not None else None, seconds, stop.signum,
                          tuner.bank_dir, len(done), **_skipped(rf.path, report, graph, tuning_name))
