@@ -100,7 +100,10 @@ def report_main(argv: list[str]) -> int:
     op_dir, sg_dir = _bank_dirs(args.bank, soc.name)
     graph = _graph(args)
     path = write_report(args.result_file, graph, soc, out=args.output, op_bank_dir=op_dir,
-                        subgraph_bank_dir=sg_dir, task=args.task, model=args.singleop or args.model, top=args.top)
+                        subgraph_bank_dir=sg_dir, task=args.task, model=args.singleop or args.model, top=args.top,
+                        settings=[f"re-priced by aoe report on {soc.name}",
+                                  f"operator bank: {op_dir or 'none (built-in bank only)'}",
+                                  f"subgraph bank: {sg_dir or 'none'}"])
     print(f"report: {path}")
     return 0
 
