@@ -170,6 +170,7 @@ def make_pending(op_type: str, key: Mapping[str, Any], knowledge: Mapping[str, A
 
 
 def _check_record(op_type: str) -> Callable[[Any], str | None]:
+    # runs on every loaded line: the common (valid) case is a handful of type checks
     def check(rec: Any) -> str | None:
         if type(rec) is not dict:
             return "not a JSON object"
@@ -180,16 +181,20 @@ def _check_record(op_type: str) -> Callable[[Any], str | None]:
             return f"'op' is {rec.get('op')!r}, not {op_type!r} as the file name says"
         if type(rec.get("info_dict")) is not dict or type(rec.get("knowledge")) is not dict:
             return "'info_dict' or 'knowledge' is not an object"
-        if type(rec.get("version", 0)) is not int or type(rec.get("aoe", {})) is not dict:
+        a = rec.get("aoe", _NO_AOE)
+        if type(rec.get("version", 0)) is not int or type(a) is not dict:
             return "'version' is not an integer or 'aoe' is not an object"
-        a = rec.get("aoe")
         if a:
             for name in ("perf_us", "default_perf_us"):
                 v = a.get(name)
-                if v is not None and _perf(v) is None:
+                if v is not None and not (type(v) in _NUM and 0 < v <= MAX_PERF_US):
                     return f"'aoe.{name}' claims an impossible time {v!r} (must be in (0, {MAX_PERF_US:g}] µs)"
         return None
     return check
+
+
+_NO_AOE: dict[str, Any] = {}
+_NUM = (int, float)
 
 
 class OpFile:
@@ -213,32 +218,33 @@ class OpFile:
 
     def extend(self, start: int) -> None:
         """Index the lines from `start` on (new lines appended to the file)."""
-        unfit = len(self.unfit)
-        with jsonl.gc_paused():
-            recs = self.lines.recs
+        n_unfit = len(self.unfit)
+        recs, op, index, first = self.lines.recs, self.op_type, self.index, self.first
+        pack, problem, hash_fn = self.schema.pack, self.schema.record_problem, self.hash_fn
+        dups = 0
+        with jsonl.gc_paused():  # (one loop, locals only: this runs once per loaded line)
             for i in range(start, len(recs)):
                 rec = recs[i]
-                if rec is not None:
-                    self._register(i, rec)
-        if len(self.unfit) > unfit:
-            jsonl.warn_problems(self.lines.path, self.unfit[unfit:])
-
-    def _register(self, i: int, rec: dict[str, Any]) -> None:
-        try:
-            packed = self.schema.pack(self.op_type, rec["info_dict"])
-            why = self.schema.record_problem(rec["info_dict"], rec["knowledge"])
-            if why is not None:
-                raise BankKeyError(why)
-        except BankKeyError as exc:
-            self.unfit.append((self.lines.linenos[i], f"does not fit the schema: {exc}"))
-            return
-        h = rec["id"] if "aoe" in rec else self.hash_fn(packed)
-        k = (h, packed)
-        if self.index.setdefault(k, i) != i:
-            self.index[k] = i
-            self.dups += 1
-        else:
-            self.first[k] = i
+                if rec is None:
+                    continue
+                info = rec["info_dict"]
+                try:
+                    packed = pack(op, info)
+                    why = problem(info, rec["knowledge"])
+                except BankKeyError as exc:
+                    why = str(exc)
+                if why is not None:
+                    self.unfit.append((self.lines.linenos[i], f"does not fit the schema: {why}"))
+                    continue
+                k = (rec["id"] if "aoe" in rec else hash_fn(packed), packed)
+                if index.get(k) is None:
+                    first[k] = i
+                else:
+                    dups += 1
+                index[k] = i
+        self.dups += dups
+        if len(self.unfit) > n_unfit:
+            jsonl.warn_problems(self.lines.path, self.unfit[n_unfit:])
 
     def entry(self, i: int) -> Entry:
         """The entry of (indexed) line `i`."""
