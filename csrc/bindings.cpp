@@ -59,12 +59,13 @@ class BatchEvaluator {
     CubePrep prep_;
 };
 
-// Run body(i) for i in [0, n) on up to `threads` threads; small batches stay on the caller's thread.
+// Run body(lo, hi) over [0, n) split into up to `threads` ranges, one thread each; small batches stay
+// on the caller's thread.
 template <class F>
-void parallel_for(int64_t n, int threads, F body) {
+void parallel_ranges(int64_t n, int threads, F body) {
     threads = std::max(1, std::min(threads, 64));
     if (threads == 1 || n < 4096) {
-        for (int64_t i = 0; i < n; ++i) body(i);
+        body(int64_t(0), n);
         return;
     }
     std::vector<std::thread> pool;
@@ -72,11 +73,17 @@ void parallel_for(int64_t n, int threads, F body) {
     for (int t = 0; t < threads; ++t) {
         const int64_t lo = t * chunk, hi = std::min(n, lo + chunk);
         if (lo >= hi) break;
-        pool.emplace_back([lo, hi, &body] {
-            for (int64_t i = lo; i < hi; ++i) body(i);
-        });
+        pool.emplace_back([lo, hi, &body] { body(lo, hi); });
     }
     for (auto& th : pool) th.join();
+}
+
+// Run body(i) for i in [0, n) on up to `threads` threads.
+template <class F>
+void parallel_for(int64_t n, int threads, F body) {
+    parallel_ranges(n, threads, [&body](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) body(i);
+    });
 }
 
 // Evaluate every strategy row without the GIL and hand each Result to `store(i, result)`.
@@ -94,6 +101,18 @@ py::tuple simulate_times(const SoC& soc, int kind, const I64Array& op, const I64
     py::array_t<int32_t> reasons(c.n);
     double* tp = times.mutable_data();
     int32_t* rp = reasons.mutable_data();
+    if (c.kind == K_MATMUL || c.kind == K_CONV) {
+        {  // the hot path: one batch loop per thread, the per-operator work hoisted out of it
+            py::gil_scoped_release nogil;
+            const CubeProblem prob = c.kind == K_MATMUL ? matmul_problem(c.op) : CubeProblem();
+            const CubePrep prep = c.kind == K_MATMUL ? prepare_cube(soc, prob) : CubePrep();
+            parallel_ranges(c.n, threads, [&](int64_t lo, int64_t hi) {
+                if (c.kind == K_MATMUL) matmul_times(soc, prob, prep, c.st, c.nf, lo, hi, tp, rp);
+                else conv_times(soc, c.op, c.st, c.nf, lo, hi, tp, rp);
+            });
+        }
+        return py::make_tuple(times, reasons);
+    }
     evaluate_rows(soc, c, threads, [&](int64_t i, const Result& r) {
         tp[i] = r.time_us;
         rp[i] = r.reason;

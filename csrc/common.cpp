@@ -118,12 +118,4 @@ Result evaluate(const SoC& soc, int kind, const int64_t* op, const int64_t* st) 
     return r;
 }
 
-void finish(const SoC& s, Result& r, double core_cycles, double vec_cycles, int kernels) {
-    r.time_us = kernels * s.launch_us + core_cycles / s.cycles_per_us() + vec_cycles / s.vec_cycles_per_us();
-    int best = 0;
-    for (int p = 1; p < P_COUNT; ++p)
-        if (r.busy_us[p] > r.busy_us[best]) best = p;
-    r.bound = best;
-}
-
 }  // namespace aoesim

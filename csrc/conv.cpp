@@ -19,6 +19,7 @@
 #include <cmath>
 
 #include "cube.h"
+#include "cube_impl.h"
 #include "sim.h"
 
 namespace aoesim {
@@ -54,71 +55,116 @@ std::string check_conv(const int64_t* op) {
     return "";
 }
 
-AOE_HOT Result eval_conv(const SoC& s, const int64_t* op, const int64_t* st) {
+// Everything that depends on the operator alone: computed once per batch.
+struct ConvCtx {
+    CubeProblem p;
+    CubePrep c;
+    int dir = 0;
+    int64_t n = 1, h = 1, w = 1, kh = 1, kw = 1, sh = 1, sw = 1, g = 1, ekh = 1, ekw = 1, ho = 1, wo = 1;
+    int64_t ea = 2, c0 = 16, cin_g = 1, co_g = 1, khw = 1;
+    bool plain = false;
+    // forward and dx: the output pixel grid and the map that feeds it
+    int64_t out_h = 1, out_w = 1, in_c = 1, out_c = 1, in_h = 1, in_w = 1, step_h = 1, step_w = 1, kal = 1;
+    // dW: columns (C1*C0*kh*kw), pixels (the reduction), C0-channel groups
+    int64_t nal = 1, pixels = 1, c1 = 1;
+};
+
+ConvCtx conv_setup(const SoC& s, const int64_t* op) {
+    ConvCtx x;
+    x.dir = int(op[C_DIR]);
+    x.n = op[C_N];
+    const int64_t c = op[C_C], co = op[C_CO];
+    x.h = op[C_H]; x.w = op[C_W]; x.kh = op[C_KH]; x.kw = op[C_KW];
+    x.sh = op[C_SH]; x.sw = op[C_SW]; x.g = op[C_G];
+    x.ekh = op[C_DH] * (x.kh - 1) + 1;
+    x.ekw = op[C_DW] * (x.kw - 1) + 1;
+    x.ho = (x.h + op[C_PT] + op[C_PB] - x.ekh) / x.sh + 1;
+    x.wo = (x.w + op[C_PL] + op[C_PR] - x.ekw) / x.sw + 1;
+    x.ea = dtype_bytes(int(op[C_DTYPE]));
+    const int64_t eo = dtype_bytes(int(op[C_ODTYPE]));
+    x.c0 = 32 / x.ea;
+    x.cin_g = c / x.g;
+    x.co_g = co / x.g;
+    x.khw = x.kh * x.kw;
+    x.plain = x.khw == 1 && x.sh == 1 && x.sw == 1;  // 1x1 stride-1: no img2col expansion
+    CubeProblem& p = x.p;
+    p.ea = x.ea;
+    p.eo = eo;
+    p.a_nz = p.b_nz = p.c_nz = true;  // NC1HWC0 / FRACTAL_Z inside the kernel
+    p.bias = op[C_BIAS] != 0;
+    p.batch_a = p.batch_b = x.g;
+    p.flops = 2.0 * double(x.n) * x.ho * x.wo * co * x.cin_g * x.kh * x.kw;
+    if (x.dir == 0 || x.dir == 1) {
+        x.out_h = x.dir == 0 ? x.ho : x.h;
+        x.out_w = x.dir == 0 ? x.wo : x.w;
+        x.in_c = x.dir == 0 ? x.cin_g : x.co_g;
+        x.out_c = x.dir == 0 ? x.co_g : x.cin_g;
+        x.in_h = x.dir == 0 ? x.h : x.ho;
+        x.in_w = x.dir == 0 ? x.w : x.wo;
+        x.step_h = x.dir == 0 ? x.sh : 1;  // dx: stride-1 conv on dilated dy
+        x.step_w = x.dir == 0 ? x.sw : 1;
+        x.kal = align_up(x.in_c, x.c0) * x.khw;
+        p.M = x.n * x.out_h * x.out_w;
+        p.N = x.out_c;
+        p.K = x.kal;
+        p.a_mte1_eff = x.plain ? 1.0 : kLoad3dEff;
+    } else {
+        x.nal = align_up(x.cin_g, x.c0) * x.khw;
+        x.pixels = x.n * x.ho * x.wo;
+        x.c1 = align_up(x.cin_g, x.c0) / x.c0;  // cores split N by whole C0-channel groups
+        p.M = x.co_g;
+        p.N = x.nal;
+        p.K = x.pixels;
+        p.b_mte1_eff = x.plain ? 1.0 : kLoad3dEff;
+    }
+    x.c = prepare_cube(s, p);
+    return x;
+}
+
+AOE_INLINE Result conv_row(const SoC& s, const ConvCtx& x, const int64_t* st) {
     for (int i = 0; i < Q_NST; ++i)
         if (st[i] < 0) return invalid(RS_BAD_VALUE);
     for (int i = Q_BATCH; i <= Q_NL0; ++i)
         if (st[i] < 1) return invalid(RS_BAD_VALUE);
     if (st[Q_PBUF] > 31 || st[Q_ORDER] > 1) return invalid(RS_BAD_VALUE);
-    const int dir = int(op[C_DIR]);
-    const int64_t n = op[C_N], c = op[C_C], h = op[C_H], w = op[C_W], co = op[C_CO], kh = op[C_KH], kw = op[C_KW];
-    const int64_t sh = op[C_SH], sw = op[C_SW], g = op[C_G];
-    const int64_t ekh = op[C_DH] * (kh - 1) + 1, ekw = op[C_DW] * (kw - 1) + 1;
-    const int64_t ho = (h + op[C_PT] + op[C_PB] - ekh) / sh + 1, wo = (w + op[C_PL] + op[C_PR] - ekw) / sw + 1;
-    const int64_t ea = dtype_bytes(int(op[C_DTYPE])), eo = dtype_bytes(int(op[C_ODTYPE]));
-    const int64_t c0 = 32 / ea;
-    const int64_t cin_g = c / g, co_g = co / g;
+    const int dir = x.dir;
+    const int64_t n = x.n, h = x.h, w = x.w, g = x.g, sh = x.sh, sw = x.sw, ekh = x.ekh, ekw = x.ekw;
+    const int64_t ho = x.ho, wo = x.wo, ea = x.ea, c0 = x.c0, khw = x.khw;
     const int64_t bd = st[Q_BATCH], hd = st[Q_HO], nd = st[Q_N], gd = st[Q_GROUP];
     const int64_t hoL1 = st[Q_HOL1], woL1 = st[Q_WOL1], kAL1 = st[Q_KAL1], kBL1 = st[Q_KBL1];
     const int64_t hoL0 = st[Q_HOL0], woL0 = st[Q_WOL0], kL0 = st[Q_KL0], nL0 = st[Q_NL0];
     const int64_t pbuf = st[Q_PBUF];
     if (bd * hd * nd * gd > s.cube_cores) return invalid(RS_CORES);
-    if (hoL1 % hoL0 || woL1 % woL0) return invalid(RS_INCONSISTENT);
+    if (fmod_i(hoL1, hoL0) || fmod_i(woL1, woL0)) return invalid(RS_INCONSISTENT);
     if (gd > g || bd > n) return invalid(RS_EXCEEDS_SHAPE);
 
-    CubeProblem p;
-    p.ea = ea;
-    p.eo = eo;
-    p.a_nz = p.b_nz = p.c_nz = true;  // NC1HWC0 / FRACTAL_Z inside the kernel
-    p.bias = op[C_BIAS] != 0;
-    p.batch_a = p.batch_b = g;
-    p.flops = 2.0 * double(n) * ho * wo * co * cin_g * kh * kw;
+    CubeProblem p = x.p;
     int64_t mm[S_NST] = {0};
-    const int64_t khw = kh * kw;
     const int64_t pix_l0 = hoL0 * woL0, pix_l1 = hoL1 * woL1;
     mm[S_ITER_ORDER] = st[Q_ORDER];
     mm[S_DB_L0A] = (pbuf >> 2) & 1;
     mm[S_DB_L0B] = (pbuf >> 3) & 1;
     mm[S_DB_L0C] = (pbuf >> 4) & 1;
     const bool db_al1 = pbuf & 1, db_bl1 = (pbuf >> 1) & 1;
-    const bool plain = khw == 1 && sh == 1 && sw == 1;  // 1x1 stride-1: no img2col expansion
     if (dir == 0 || dir == 1) {
-        // output pixel grid and the input that feeds it
-        const int64_t out_h = dir == 0 ? ho : h, out_w = dir == 0 ? wo : w;
-        const int64_t in_c = dir == 0 ? cin_g : co_g, out_c = dir == 0 ? co_g : cin_g;
-        const int64_t in_h = dir == 0 ? h : ho, in_w = dir == 0 ? w : wo;
-        const int64_t step_h = dir == 0 ? sh : 1, step_w = dir == 0 ? sw : 1;  // dx: stride-1 conv on dilated dy
-        const int64_t kal = align_up(in_c, c0) * khw;
+        const int64_t out_h = x.out_h, out_w = x.out_w, in_c = x.in_c, out_c = x.out_c;
+        const int64_t kal = x.kal;
         if (hd > out_h || nd > ceil_div(out_c, 16)) return invalid(RS_EXCEEDS_SHAPE);
         const int64_t ho_core = ceil_div(out_h, hd);
         if (hoL1 > ho_core || woL1 > out_w) return invalid(RS_EXCEEDS_SHAPE);
         // L1 holds whole kernel windows of C0-channel groups (kAL1 in units of kh*kw*C0)
-        if (kAL1 % kL0 || kBL1 % kL0 || kAL1 % (khw * c0)) return invalid(RS_INCONSISTENT);
-        p.M = n * out_h * out_w;
-        p.N = out_c;
-        p.K = kal;
+        if (fmod_i(kAL1, kL0) || fmod_i(kBL1, kL0) || fmod_i(kAL1, khw * c0)) return invalid(RS_INCONSISTENT);
         // L1 patch for hoL1 x woL1 output pixels (dx: rows of the zero-inserted dy, of which 1/stride are real)
-        double rows = double((hoL1 - 1) * step_h + ekh), cols = double((woL1 - 1) * step_w + ekw);
+        double rows = double((hoL1 - 1) * x.step_h + ekh), cols = double((woL1 - 1) * x.step_w + ekw);
         if (dir == 1) { rows = ceil_pos(rows / double(sh)); cols = ceil_pos(cols / double(sw)); }
-        rows = std::min(rows, double(in_h));
-        cols = std::min(cols, double(in_w));
-        const double ch_l1 = double(kAL1 / khw);
+        rows = std::min(rows, double(x.in_h));
+        cols = std::min(cols, double(x.in_w));
+        const double ch_l1 = double(fdiv(kAL1, khw));
         const double patch = rows * cols * std::min(ch_l1, double(align_up(in_c, c0))) * ea;
         const double tile_img2col = double(align_up(pix_l1, 16)) * double(kAL1) * ea;
         p.a_l1_scale = patch / tile_img2col;
         // GM: the patch (with halo) per tile instead of the img2col rows
         p.a_gm_scale = std::min(1.0, patch / (double(pix_l1) * double(std::min(kAL1, kal)) * ea));
-        p.a_mte1_eff = plain ? 1.0 : kLoad3dEff;
         mm[S_USED_CORE] = bd * hd * nd * gd;
         mm[S_SM] = ceil_div(n, bd) * ho_core * out_w;
         mm[S_SN] = align_up(ceil_div(out_c, nd), 16);
@@ -126,42 +172,36 @@ AOE_HOT Result eval_conv(const SoC& s, const int64_t* op, const int64_t* st) {
         mm[S_BM] = align_up(pix_l0, 16);
         mm[S_BN] = nL0;
         mm[S_BK] = kL0;
-        mm[S_STEP_M] = (hoL1 / hoL0) * (woL1 / woL0);
+        mm[S_STEP_M] = fdiv(hoL1, hoL0) * fdiv(woL1, woL0);
         mm[S_STEP_N] = 1;
-        mm[S_STEP_KA] = kAL1 / kL0;
-        mm[S_STEP_KB] = kBL1 / kL0;
+        mm[S_STEP_KA] = fdiv(kAL1, kL0);
+        mm[S_STEP_KB] = fdiv(kBL1, kL0);
         mm[S_DEPTH_A1] = mm[S_STEP_M] * mm[S_STEP_KA] * (db_al1 ? 2 : 1);
         mm[S_DEPTH_B1] = mm[S_STEP_KB] * (db_bl1 ? 2 : 1);
     } else {
         // dW[co_g, C1*C0*kh*kw] = dy^T[co_g, pixels] x img2col(x)[pixels, C1*C0*kh*kw]
-        const int64_t nal = align_up(cin_g, c0) * khw;
-        const int64_t pixels = n * ho * wo;
-        const int64_t c1 = align_up(cin_g, c0) / c0;  // cores split N by whole C0-channel groups
+        const int64_t nal = x.nal, pixels = x.pixels, c1 = x.c1, cin_g = x.cin_g;
         if (hd > ho || nd > c1) return invalid(RS_EXCEEDS_SHAPE);
         const int64_t ho_core = ceil_div(ho, hd);
         if (hoL1 > ho_core || woL1 > wo) return invalid(RS_EXCEEDS_SHAPE);
-        if (kAL1 % kL0 || kBL1 % (khw * c0)) return invalid(RS_INCONSISTENT);
-        p.M = co_g;
-        p.N = nal;
-        p.K = pixels;
+        if (fmod_i(kAL1, kL0) || fmod_i(kBL1, khw * c0)) return invalid(RS_INCONSISTENT);
         const double rows = std::min(double((hoL1 - 1) * sh + ekh), double(h));
         const double cols = std::min(double((woL1 - 1) * sw + ekw), double(w));
-        const double ch_l1 = double(kBL1 / khw);
+        const double ch_l1 = double(fdiv(kBL1, khw));
         const double patch = rows * cols * std::min(ch_l1, double(align_up(cin_g, c0))) * ea;
         const double tile_img2col = double(align_up(pix_l1, c0)) * double(kBL1) * ea;
         p.b_l1_scale = patch / tile_img2col;
         p.b_gm_scale = std::min(1.0, patch / (double(pix_l1) * double(std::min(kBL1, nal)) * ea));
-        p.b_mte1_eff = plain ? 1.0 : kLoad3dEff;
         mm[S_USED_CORE] = bd * hd * nd * gd;
-        mm[S_SM] = align_up(co_g, 16);
+        mm[S_SM] = align_up(x.co_g, 16);
         mm[S_SN] = std::min(nal, ceil_div(c1, nd) * khw * c0);
         mm[S_SK] = std::min(align_up(pixels, c0), ceil_div(n, bd) * ho_core * wo);
         mm[S_BM] = kL0;
         mm[S_BN] = nL0;
         mm[S_BK] = align_up(pix_l0, c0);
-        const int64_t pix_steps = (hoL1 / hoL0) * (woL1 / woL0);
+        const int64_t pix_steps = fdiv(hoL1, hoL0) * fdiv(woL1, woL0);
         mm[S_STEP_KA] = mm[S_STEP_KB] = pix_steps;
-        mm[S_STEP_M] = kAL1 / kL0;
+        mm[S_STEP_M] = fdiv(kAL1, kL0);
         mm[S_STEP_N] = ceil_div(kBL1, nL0);  // windows need not be a multiple of 16 (fp32: C0 = 8)
         mm[S_DEPTH_A1] = mm[S_STEP_M] * pix_steps * (db_al1 ? 2 : 1);
         mm[S_DEPTH_B1] = mm[S_STEP_N] * pix_steps * (db_bl1 ? 2 : 1);
@@ -171,7 +211,21 @@ AOE_HOT Result eval_conv(const SoC& s, const int64_t* op, const int64_t* st) {
     mm[S_USED_CORE] = std::min(mm[S_USED_CORE], tasks);
     mm[S_L2_MCNT] = mm[S_L2_NCNT] = mm[S_L2_MBLK] = mm[S_L2_NBLK] = 1;
     mm[S_TILING_EN] = 0;
-    return cube_eval(s, p, mm);
+    return cube_eval_inl(s, p, x.c, mm);
+}
+
+AOE_HOT Result eval_conv(const SoC& s, const int64_t* op, const int64_t* st) {
+    return conv_row(s, conv_setup(s, op), st);
+}
+
+AOE_HOT void conv_times(const SoC& s, const int64_t* op, const int64_t* st, int64_t nf, int64_t lo, int64_t hi,
+                        double* times, int32_t* reasons) {
+    const ConvCtx x = conv_setup(s, op);
+    for (int64_t i = lo; i < hi; ++i) {
+        const Result r = conv_row(s, x, st + i * nf);
+        times[i] = r.time_us;
+        reasons[i] = r.reason;
+    }
 }
 
 }  // namespace aoesim

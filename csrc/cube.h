@@ -44,7 +44,7 @@ struct CubeProblem {
 // What depends only on (SoC, problem): computed once per batch, not per strategy.
 struct CubePrep {
     int64_t batch = 1, k0 = 16, k0_log2 = 4, Mal = 16, Nal = 16, Kal = 16;
-    double gmM = 0, gmK = 0, gmN = 0, A_b = 0, B_b = 0, A_tot = 0, B_tot = 0, C_tot = 0, bias_tot = 0;
+    double gmM = 0, gmK = 0, gmN = 0, A_b = 0, B_b = 0, C_tot = 0, bias_tot = 0;  // A_b, B_b: gm scale 1
     double l2u = 0, hbm_bpc = 1, l2_bpc = 1, inv_cpu = 1, inv_l0a = 1, inv_l0b = 1, inv_nd2nz = 1;
     // reciprocals of the rates, so the per-strategy code multiplies instead of dividing
     double inv_hbm_bpc = 1, inv_l2_bpc = 1, inv_ddr = 1, inv_l2_rate = 1, inv_fix = 1;
@@ -54,6 +54,9 @@ CubePrep prepare_cube(const SoC& s, const CubeProblem& p);
 // Evaluate a matmul-layout strategy (the 23 MatMulV3TunnerTiling fields) on a Cube problem.
 Result cube_eval(const SoC& s, const CubeProblem& p, const CubePrep& prep, const int64_t* st);
 Result cube_eval(const SoC& s, const CubeProblem& p, const int64_t* st);
+// Times and reasons of strategy rows [lo, hi) (the tuning hot path: nothing else is computed).
+void matmul_times(const SoC& s, const CubeProblem& p, const CubePrep& c, const int64_t* st, int64_t nf,
+                  int64_t lo, int64_t hi, double* times, int32_t* reasons);
 // The matmul operator vector as a Cube problem.
 CubeProblem matmul_problem(const int64_t* op);
 

@@ -19,6 +19,11 @@
 #else
 #define AOE_HOT
 #endif
+#if defined(__GNUC__)
+#define AOE_INLINE inline __attribute__((always_inline))
+#else
+#define AOE_INLINE inline
+#endif
 
 namespace aoesim {
 
@@ -113,6 +118,9 @@ Result evaluate(const SoC& soc, int kind, const int64_t* op, const int64_t* st);
 Result eval_matmul(const SoC& soc, const int64_t* op, const int64_t* st);
 Result eval_vector(const SoC& soc, const int64_t* op, const int64_t* st);
 Result eval_conv(const SoC& soc, const int64_t* op, const int64_t* st);
+// Times and reasons of conv strategy rows [lo, hi) (per-operator work done once).
+void conv_times(const SoC& soc, const int64_t* op, const int64_t* st, int64_t nf, int64_t lo, int64_t hi,
+                double* times, int32_t* reasons);
 
 // Vector operator table (vector.cpp): code -> name and number of implementations.
 int vector_op_count();
@@ -134,6 +142,15 @@ inline double ceil_pos(double x) {
 // Through double: a floating divide is several times cheaper than a 64-bit integer one on the hot
 // path, and exact here (operands < 2^50, so a non-integer quotient never rounds onto an integer).
 inline int64_t ceil_div(int64_t a, int64_t b) { return int64_t(ceil_pos(double(a) / double(b))); }
+// Exact floor(a / b) and a mod b of non-negative integers through double (a 64-bit integer divide
+// costs tens of cycles; one correction step makes the rounded double quotient exact).
+inline int64_t fdiv(int64_t a, int64_t b) {
+    int64_t q = int64_t(double(a) / double(b));
+    q -= q * b > a;
+    q += (q + 1) * b <= a;
+    return q;
+}
+inline int64_t fmod_i(int64_t a, int64_t b) { return a - fdiv(a, b) * b; }
 inline int64_t align_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 inline int64_t align_pow2(int64_t a, int64_t b) { return (a + b - 1) & ~(b - 1); }  // b a power of two
 // Chip-wide achievable HBM bytes per cycle of a clock of `freq_mhz`.
@@ -141,7 +158,13 @@ inline double hbm_bytes_per_cycle(const SoC& s, double freq_mhz) {
     return s.hbm_gbps * s.hbm_efficiency * 1000.0 / freq_mhz;
 }
 inline double dma_eff(const SoC& s, double run_bytes) { return run_bytes / (run_bytes + s.dma_overhead_bytes); }
-// Total time of a kernel and the pipe that bounds it.
-void finish(const SoC& s, Result& r, double core_cycles, double vec_cycles, int kernels);
+// Total time of a kernel and the pipe that bounds it (inline: a times-only caller drops the rest).
+inline void finish(const SoC& s, Result& r, double core_cycles, double vec_cycles, int kernels) {
+    r.time_us = kernels * s.launch_us + core_cycles / s.cycles_per_us() + vec_cycles / s.vec_cycles_per_us();
+    int best = 0;
+    for (int p = 1; p < P_COUNT; ++p)
+        if (r.busy_us[p] > r.busy_us[best]) best = p;
+    r.bound = best;
+}
 
 }  // namespace aoesim

@@ -3,7 +3,8 @@
 - `exhaustive`: every strategy of the space (used when the space fits the budget, and as the
   reference optimum in tests and benchmarks).
 - `beam`: cost-guided. Outer choices are visited in order of a true lower bound on their time
-  (Cube work of the busiest core + launch) and priced with CANN's default staging; an outer choice
+  (Cube work of the busiest core + launch) and priced with CANN's default staging (or, when that
+  staging is invalid, with the space's leanest staging of the same choice); an outer choice
   whose bound cannot beat the best time found is skipped (exact pruning). The best `width` outer
   choices then have all their inner choices priced. Deterministic; `seed` only breaks ties when
   the budget forces sampling.
@@ -138,6 +139,7 @@ class _Tracker:
 def exhaustive(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget | None = None) -> SearchResult:
     """Price every strategy of the space (stops early only if the budget runs out)."""
     tr = _Tracker(op, measure, budget or Budget(evaluations=None))
+    _seed(tr, space)
     for chunk in space.chunks():
         if not tr.left():
             break
@@ -154,6 +156,7 @@ def beam(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget | Non
     """
     budget = budget or Budget()
     tr = _Tracker(op, measure, budget)
+    _seed(tr, space)
     outer = space.outer
     if not len(outer):
         return tr.result("beam")
@@ -182,23 +185,56 @@ def beam(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget | Non
         if len(idx):
             t = tr.run(outer[idx])
             times_outer[idx[:len(t)]] = t
+            if space.fallback is not None and len(t):
+                # an outer choice whose default staging is invalid is judged by its leanest staging
+                bad = idx[:len(t)][~np.isfinite(t)]
+                if len(bad) and tr.left():
+                    tf = tr.run(space.fallback(outer[bad]))
+                    times_outer[bad[:len(tf)]] = tf
         done += batch
-    # Phase 2: all inner choices of the best outer choices.
+    # Phase 2: all inner choices of the most promising outer choices. A default staging can badly
+    # misjudge an outer choice (a block whose best staging needs other K steps), so two queues take
+    # turns: outer choices by their priced staging, and by their lower bound (what any staging of
+    # them could reach); whichever comes first is expanded once, and pruned when its bound cannot win.
     finite = np.flatnonzero(np.isfinite(times_outer))
-    if len(finite):
-        ranked = finite[np.argsort(times_outer[finite], kind="stable")]
-        if width is not None:
-            ranked = ranked[:width]
-        step = 8  # expand a few outer choices per measure call: fewer, larger batches
-        for j in range(0, len(ranked), step):
-            if not tr.left():
-                break
-            group = ranked[j:j + step]
-            if lb is not None:
-                group = group[lb[group] < tr.best]
-            if len(group):
-                tr.run(space.expand(outer[group]))
+    by_time = finite[np.argsort(times_outer[finite], kind="stable")]
+    if width is not None:
+        by_time = by_time[:width]
+    by_bound = None
+    if space.lower_bound is not None:
+        # by bound, ties broken by the priced staging (an unpriced or invalid one last)
+        by_bound = np.lexsort((times_outer, space.lower_bound))
+        by_bound = by_bound[:width] if width is not None else by_bound
+    queues = [by_time] + ([by_bound] if by_bound is not None else [])
+    pos = [0] * len(queues)
+    expanded = np.zeros(len(outer), bool)
+    step = 8  # expand a few outer choices per measure call: fewer, larger batches
+    turns = [0, 1][: len(queues)]  # a group by priced time, then one by bound
+    while tr.left() and any(p < len(q) for p, q in zip(pos, queues)):
+        for qi in turns:
+            q = queues[qi]
+            group: list[int] = []
+            while pos[qi] < len(q) and len(group) < step:
+                o = int(q[pos[qi]])
+                pos[qi] += 1
+                if lb is not None and lb[o] >= tr.best:
+                    if qi == 1:
+                        pos[qi] = len(q)  # the bound queue is sorted: nothing after it can win
+                        break
+                    continue
+                if expanded[o]:
+                    continue
+                expanded[o] = True
+                group.append(o)
+            if group and tr.left():
+                tr.run(space.expand(outer[np.array(group)]))
     return tr.result("beam")
+
+
+def _seed(tr: _Tracker, space: FactoredSpace) -> None:
+    """Price CANN's default strategy (the space's seeds) first: no search ends worse than it."""
+    if space.seeds is not None and len(space.seeds) and tr.left():
+        tr.run(space.seeds)
 
 
 def local_search(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget | None = None,

@@ -83,6 +83,7 @@ class FactoredSpace:
     repair: Callable[[np.ndarray], np.ndarray] | None = None  # re-derive dependent fields after a change
     valid: Callable[[np.ndarray], np.ndarray] | None = None   # hard-constraint check (no measurement)
     outer_cols: list[int] | None = None                # fields that identify an outer choice
+    fallback: Callable[[np.ndarray], np.ndarray] | None = None  # outer rows -> their leanest staging
 
     def member(self, rows: np.ndarray) -> np.ndarray:
         """True for rows whose outer choice is one of the space's (inner fields are not checked)."""
@@ -125,8 +126,10 @@ def space_for(soc: Soc, op: SimOp) -> FactoredSpace:
     if isinstance(op, MatMul):
         space = matmul_space(soc, op)
         space.repair = lambda rows: _mm_repair(op, rows)
+        space.fallback = _mm_lean
     elif isinstance(op, Conv2D):
         space = conv_space(soc, op)
+        space.fallback = _conv_lean
     elif isinstance(op, VectorOp):
         rows = vector_space(soc, op)
         space = FactoredSpace(list(VEC_FIELDS), rows, lambda r: r, count=len)
@@ -136,11 +139,51 @@ def space_for(soc: Soc, op: SimOp) -> FactoredSpace:
     space.seeds = np.array([[d[f] for f in space.fields]], dtype=np.int64)
     space.valid = lambda rows: _sim_valid(soc, op, rows)
     if isinstance(op, MatMul):
-        space.outer_cols = [_F[f] for f in ("usedCoreNum", "singleCoreM", "singleCoreN", "singleCoreK", "baseM",
-                                            "baseN", "baseK")]
+        space.outer_cols = list(_MM_OUTER)
+        _add_seed_outer(soc, space, _F["iterateOrder"])
     elif isinstance(op, Conv2D):
         space.outer_cols = [_C[f] for f in ("batchDim", "hoDim", "nDim", "groupDim", "hoL0", "woL0", "kL0", "nL0")]
+        _add_seed_outer(soc, space, _C["iterateMNOrder"])
     return space
+
+
+def _add_seed_outer(soc: Soc, space: FactoredSpace, order_col: int) -> None:
+    """Make CANN's default outer choice (core split, per-core and base blocks) a member of the space.
+
+    Its core split or blocks may be ones the enumeration does not produce (CANN derives them from
+    its own L2 tiling, for one); with it, the space's optimum is never slower than CANN's default
+    and every staging of that outer choice is searched too. Its bound is the launch time alone (a
+    true but weak bound), so the beam prices it first.
+    """
+    seeds = space.seeds
+    cols = space.outer_cols
+    keys = {r.tobytes() for r in np.ascontiguousarray(space.outer[:, cols])}
+    new = [r for r in seeds if np.ascontiguousarray(r[cols]).tobytes() not in keys]
+    if not new:
+        return
+    add = np.repeat(np.array(new, np.int64), 2, axis=0)
+    add[1::2, order_col] = 1 - add[1::2, order_col]
+    space.outer = np.concatenate([space.outer, add])
+    if space.lower_bound is not None:
+        space.lower_bound = np.concatenate([space.lower_bound, np.full(len(add), float(soc.launch_us))])
+    space.upper_size = None
+
+
+def _mm_lean(outer: np.ndarray) -> np.ndarray:
+    """The smallest L1 staging of each matmul outer row: one K step, one block, no L1 ping-pong."""
+    r = outer.copy()
+    for f in ("stepKa", "stepKb", "stepM", "stepN", "depthA1", "depthB1"):
+        r[:, _F[f]] = 1
+    return r
+
+
+def _conv_lean(outer: np.ndarray) -> np.ndarray:
+    """The smallest L1 staging of each conv outer row: one L0 block of rows, one K chunk, no L1 ping-pong."""
+    r = outer.copy()
+    r[:, _C["hoL1"]] = r[:, _C["hoL0"]]
+    r[:, _C["woL1"]] = r[:, _C["woL0"]]
+    r[:, _C["pBufferFlag"]] = 28
+    return r
 
 
 def _sim_valid(soc: Soc, op: SimOp, rows: np.ndarray) -> np.ndarray:
@@ -178,9 +221,9 @@ def matmul_space(soc: Soc, op: MatMul) -> FactoredSpace:
     batch = max(op.batch, op.batch_b or op.batch)
     cores = soc.cube_cores
     rows: list[np.ndarray] = []
-    bms = [b for b in _pow2(512, 16) if b <= m16]
-    bns = [b for b in _pow2(512, 16) if b <= n16]
-    bks = [b for b in _pow2(32 * k0, k0) if b <= kal]
+    bms = _block_sizes(m16, 512, 16)
+    bns = _block_sizes(n16, 512, 16)
+    bks = _block_sizes(kal, 32 * k0, k0)
     for bm, bn in itertools.product(bms, bns):
         if bm * bn * 4 > soc.l0c:
             continue
@@ -222,6 +265,15 @@ def matmul_space(soc: Soc, op: MatMul) -> FactoredSpace:
                          lambda o: int(_mm_expand(soc, op, o, count_only=True)))
 
 
+def _block_sizes(dim: int, cap: int, align: int) -> list[int]:
+    """Base-block sizes of one dimension: powers of two, and the whole (aligned) dimension or an even
+    split of it into 2-4 blocks when that fits (a 112-row M is one 112 block, not 128 with padding
+    or 64 + 48)."""
+    out = {b for b in _pow2(cap, align) if b <= dim}
+    out.update(b for b in (_align(-(-dim // j), align) for j in (1, 2, 3, 4)) if b <= cap)
+    return sorted(out)
+
+
 def _mm_l2_default(soc: Soc, op: MatMul, r: np.ndarray) -> None:
     """L2 tiling for operands beyond L2: 2x2 tiles as the starting point (set in place)."""
     mb = _cdiv(op.m, r[:, _F["singleCoreM"]])
@@ -243,6 +295,10 @@ def _mm_default_inner(soc: Soc, op: MatMul, outer: np.ndarray) -> np.ndarray:
     bm, bn, bk = r[:, _F["baseM"]], r[:, _F["baseN"]], r[:, _F["baseK"]]
     k_iter = _cdiv(np.minimum(r[:, _F["singleCoreK"]], op.k), bk)
     step = np.maximum(1, np.minimum(k_iter, np.maximum(1, 256 // bk)))
+    # the whole K panel in L1 when it fits double-buffered (no re-reads): a block whose K does not
+    # divide into 256-element chunks is judged by its real potential, not by a ragged staging
+    whole = (2 * k_iter * (bm + bn) * bk * ea + (r[:, _F["baseN"]] * 4 if op.bias else 0)) <= soc.l1
+    step = np.where(whole & (k_iter <= 16), k_iter, step)
     l1_db = (2 * step * (bm + bn) * bk * ea + (r[:, _F["baseN"]] * 4 if op.bias else 0)) <= soc.l1
     r[:, _F["stepKa"]] = r[:, _F["stepKb"]] = step
     r[:, _F["stepM"]] = r[:, _F["stepN"]] = 1

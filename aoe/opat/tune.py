@@ -74,8 +74,9 @@ def _restricted(space: FactoredSpace, keep: Callable[[np.ndarray], np.ndarray],
     full_size = space.upper_size
     if full_size is None and space.count is not None:
         full_size = space.upper_size = int(space.count(space.outer))
+    seeds = space.seeds[keep(space.seeds)] if space.seeds is not None and len(space.seeds) else None
     return FactoredSpace(space.fields, outer[mask], lambda o: _filter(space.expand(o), keep), lb,
-                         upper_size=full_size)
+                         upper_size=full_size, seeds=seeds if seeds is not None and len(seeds) else None)
 
 
 def _filter(rows: np.ndarray, keep: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
