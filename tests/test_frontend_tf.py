@@ -208,6 +208,9 @@ def test_saved_model_and_frozen_graph(tmp_path: Path) -> None:
     assert g.tensors[g.inputs[0]].shape == (2, 3, 16, 16) and not g.training
     assert {"Conv2D", "BNInfer", "Relu", "MaxPool", "MatMulV2", "Gelu", "LayerNorm", "SoftmaxV2"} <= set(g.op_counts())
     assert g.summary()["total_macs"] == 2 * (16 * 16 * 8 * 27 + 8 * 10 + 10 * 4)
+    # --training on a model file: derive_training's step, as for ONNX
+    t = aoe.graph.load(tmp_path / "sm", "image:2,16,16,3", framework=3, training=True)
+    assert t.training and {"BNTrainingUpdateGrad", "LayerNormGrad", "GeluGrad", "ApplyAdamD"} <= set(t.op_counts())
     with pytest.raises(AoeError, match="dynamic shape"):
         aoe.graph.load(tmp_path / "sm", framework="tensorflow")
     with pytest.raises(AoeError, match="not an input"):

@@ -48,6 +48,10 @@ def _read_graph_def(path: Path) -> Any:
     except Exception as exc:  # noqa: BLE001 - protobuf DecodeError (and others) on corrupt bytes
         raise AoeError(f"{str(path)!r} is not a TensorFlow GraphDef ({type(exc).__name__}); pass a frozen "
                        "graph .pb or a SavedModel directory") from None
+    from .convert import MAX_OPS
+
+    if len(gd.node) > MAX_OPS:
+        raise AoeError(f"{str(path)!r} has {len(gd.node)} nodes, more than the {MAX_OPS} aoe accepts")
     if not gd.node:
         raise AoeError(f"{str(path)!r} holds no TensorFlow graph nodes; pass a frozen graph .pb or a SavedModel directory")
     return gd
