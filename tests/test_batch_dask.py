@@ -117,3 +117,40 @@ def test_bad_cluster_values_are_input_errors(tmp_path):
     for bad in ("local:0", "local:x", "", 42):
         with pytest.raises(AoeError):
             CaseFarm(bad)
+
+
+CLIENT = """
+import json, sys
+import aoe
+if __name__ == "__main__":
+    bank, work, reload = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+    rs = aoe.tune_models(%r, bank=bank, work_path=work, env={}, cluster="local:2",
+                         options=aoe.TuneOptions(budget=%d, lock=False, workers=1, reload=reload))
+    print(json.dumps([r.status for r in rs]), flush=True)
+""" % (MODELS, BUDGET)
+
+
+def test_an_interrupted_client_continues_with_reload(serial, tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "bank").mkdir()
+    (tmp_path / "work").mkdir()
+    script = tmp_path / "client.py"
+    script.write_text(CLIENT)
+    args = [sys.executable, str(script), str(tmp_path / "bank"), str(tmp_path / "work")]
+    p = subprocess.Popen(args + ["0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    bank_files = lambda: list((tmp_path / "bank").rglob("*_runtime_kb.json"))  # noqa: E731
+    deadline = time.time() + 300
+    while not bank_files() and time.time() < deadline and p.poll() is None:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)  # the job stops between cases and writes "tuning incomplete"
+    out, err = p.communicate(timeout=300)
+    assert p.returncode in (0, 130), err[-2000:]
+    first = json.loads(out.strip().splitlines()[-1]) if out.strip() else []
+    assert "tuning incomplete" in first or first == [], (first, err[-1000:])
+    r = subprocess.run(args + ["1"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == ["tuning successful"] * 3
+    banks, _ = serial
+    assert _banks(tmp_path) == banks
