@@ -315,3 +315,16 @@ def test_a_matmul_leaves_the_layout_of_a_cube_edge_to_its_vector_neighbour():
     plain = case("BatchMatMulV2", [((2, 4, 128, 64), "activation"), ((2, 4, 64, 128), "activation")],
                  [((2, 4, 128, 128), "activation")])
     assert len(plain.formats) == 8
+
+
+@pytest.mark.parametrize("op_type,kernel", [("AssignAdd", "Add"), ("AssignSub", "Sub"), ("DivNoNan", "RealDiv")])
+def test_tensorflow_variable_updates_are_priced_as_their_elementwise_kernel(op_type, kernel):
+    """Keras 3 optimizers update variables in place; each update costs one elementwise pass."""
+    from aoe.graph.singleop import single_ops_graph
+    from aoe.sim import simulate
+
+    desc = {"shape": [1024, 768], "type": "float16", "format": "ND"}
+    g = single_ops_graph({"op": op_type, "input_desc": [desc, desc], "output_desc": [desc]})
+    case = describe(g, g.ops[0])
+    assert case.op_type == op_type and case.default.sim_op.op_type == kernel
+    assert simulate("Ascend910B2", case.default.sim_op).valid

@@ -42,7 +42,9 @@ VECTOR_ALIASES = {"AddV2": "Add", "Div": "RealDiv", "ReduceSum": "ReduceSumD", "
                   "HardSigmoidD": "HardSigmoid", "SiLU": "Swish", "Silu": "Swish", "Cos": "Sin",
                   "Ceil": "Floor", "Round": "Floor", "ArgMin": "ArgMaxV2", "ArgMaxD": "ArgMaxV2",
                   "ArgMinD": "ArgMaxV2", "ResizeNearestNeighbor": "ResizeNearestNeighborV2",
-                  "ResizeBilinear": "ResizeBilinearV2", "MinimumGrad": "MaximumGrad"}
+                  "ResizeBilinear": "ResizeBilinearV2", "MinimumGrad": "MaximumGrad",
+                  # TensorFlow's in-place variable updates (Keras 3 optimizers) and safe division
+                  "AssignAdd": "Add", "AssignSub": "Sub", "DivNoNan": "RealDiv"}
 
 MAX_DIM = 1 << 31
 
