@@ -135,10 +135,11 @@ class ResultFile:
             value.append({self.kind.upper(): section})
         self.reports[key] = value
 
-    def write(self) -> None:
-        """Rewrite the whole file atomically."""
+    def write(self, pretty: bool = True) -> None:
+        """Rewrite the whole file atomically (`pretty`: indented, as the final file; else compact and fast)."""
         try:
-            atomic_write_json(self.path, self.reports)
+            # json's indenting encoder is pure Python (≈50x the C one): checkpoints are written compact
+            atomic_write_json(self.path, self.reports, indent=4 if pretty else None)
         except OSError as exc:
             raise AoeError(f"cannot write result file {self.path}: {exc.strerror or exc}") from None
 

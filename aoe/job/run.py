@@ -385,24 +385,28 @@ def _run_locked(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, tune
     t0 = time.perf_counter()
 
     last = [-CHECKPOINT_S]
+    states: dict[str, Any] = {r.key: r.to_state() for r in done.values() if not getattr(r, "skipped", None)}
 
     def write(report: Report | None, final: bool, section: bool = True, new: Sequence[Any] = ()) -> None:
         # every case goes to the journal (one appended line); the result file and the state are rewritten
         # at most once per CHECKPOINT_S and at the end, so the cost does not grow with cases squared
         now = time.perf_counter()
         elapsed = prev_elapsed + now - t0
-        states = [r.to_state() for r in new if not getattr(r, "skipped", None)]
-        if states:
-            rf.append_journal({"key": key, "elapsed_s": round(elapsed, 3), "done": states})
+        fresh = [(r.key, r.to_state()) for r in new if not getattr(r, "skipped", None)]
+        if fresh:
+            rf.append_journal({"key": key, "elapsed_s": round(elapsed, 3), "done": [s for _, s in fresh]})
+            states.update(fresh)   # each record's state is computed once, not at every checkpoint
         if not final and now - last[0] < CHECKPOINT_S:
             return
         last[0] = now
         rf.set_task(key, tuning_name, None, report.to_result_section() if report is not None and section else None)
-        rf.write()
-        recs = report.records if report is not None else list(done.values())
-        rf.write_state(dict(state_base, elapsed_s=elapsed,
-                            done=[r.to_state() for r in recs if not getattr(r, "skipped", None)],
-                            status="interrupted" if final else "running"))
+        rf.write(pretty=final)
+        if final:  # every record of the report, also those no case_done announced
+            recs = report.records if report is not None else list(done.values())
+            saved = [r.to_state() for r in recs if not getattr(r, "skipped", None)]
+        else:
+            saved = list(states.values())
+        rf.write_state(dict(state_base, elapsed_s=elapsed, done=saved, status="interrupted" if final else "running"))
 
     write(None, False)
     _say(out, "Aoe tuning graph.")
