@@ -36,7 +36,7 @@ from ..tuning import FAILED, INCOMPLETE, SUCCESS, Events, Report
 from .lock import DeviceLock
 from .progress import Progress, opat_summary, sgat_summary, skipped_entries
 from .result import ResultFile, atomic_write_json, find_interrupted, read_journal, remove_stale_temps
-from .settings import DEFAULT_SOC, JobSettings, JobSpec, _warn, settings_from_env
+from .settings import DEFAULT_SOC, JobSettings, JobSpec, _warn, memory_note, settings_from_env
 from .signals import StopFlag
 from .verification import verify_graph
 
@@ -196,6 +196,16 @@ def check_inputs(graph: Any, single_ops: bool = False) -> None:
                        + (f"; and {len(bad) - 5} more" if len(bad) > 5 else "") + "; fix their shapes or attributes")
 
 
+def _model_bytes(spec: JobSpec, graph: Any) -> int:
+    """The model's size: its file, else its parameters (what each worker process holds)."""
+    if spec.model and not spec.model.startswith("zoo:"):
+        try:
+            return os.path.getsize(spec.model)
+        except OSError:
+            pass
+    return sum(int(t.nbytes) for t in graph.tensors.values() if getattr(t, "kind", "") == "param")
+
+
 def _conv_mismatch(graph: Any, op: Any) -> str | None:
     """Why a single Conv2D's input, weight and output channels contradict each other (NCHW), else None."""
     if op.type not in ("Conv2D", "DepthwiseConv2D", "Conv3D") or len(op.inputs) < 2:
@@ -304,6 +314,9 @@ def run_job(spec: JobSpec, settings: JobSettings, *, out: Callable[[str], None] 
         check_soc(soc)
     graph = graph if graph is not None else load_graph(spec)
     check_inputs(graph, single_ops=spec.framework == "singleop")
+    note = memory_note(_model_bytes(spec, graph), settings.workers)
+    if note:
+        _warn(note)
     tuning_name = task_name(spec, graph)
     only = None
     if spec.tune_ops is not None:

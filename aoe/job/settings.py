@@ -93,6 +93,63 @@ class JobSettings:
         return lines
 
 
+def check_launch(env: Mapping[str, str]) -> None:
+    """Refuse tuning inside a multi-device training launch, as the product does."""
+    rank_size = str(env.get("RANK_SIZE", "") or "").strip()
+    if rank_size and rank_size != "1":
+        raise AoeError(f"RANK_SIZE={rank_size} says this is a multi-device training launch: tuning runs on one "
+                       f"device only; unset RANK_SIZE (or set it to 1) and tune in a single-device run")
+    for var in ("RANK_TABLE_FILE", "MINDSPORE_HCCL_CONFIG_PATH"):
+        if env.get(var):
+            raise AoeError(f"{var} is set ({env[var]}): tuning is not supported in a multi-device launch with a "
+                           f"rank table; unset {var} and tune in a single-device run")
+
+
+MIN_FREE_HOME = 1 << 30  # banks, result files and logs of a large job stay well under this
+
+
+def _mem_available() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def memory_note(model_bytes: int, workers: int) -> str | None:
+    """A warning when the model's size times the worker processes exceeds the available memory."""
+    avail = _mem_available()
+    need = model_bytes * max(1, workers)
+    if avail is None or need <= avail:
+        return None
+    return (f"the model ({model_bytes >> 20} MiB) x {workers} worker process(es) needs about {need >> 20} MiB, more "
+            f"than the {avail >> 20} MiB of memory available: lower tuning_parallel_num in aoe.ini")
+
+
+def resource_notes(env: Mapping[str, str], workers: int, mode: int) -> list[str]:
+    """Warnings (never errors) on free disk in the home directory and CPUs, each saying what to change."""
+    notes = []
+    home = env.get("HOME") or os.path.expanduser("~")
+    try:
+        st = os.statvfs(home)
+        free = st.f_bavail * st.f_frsize
+        if free < MIN_FREE_HOME:
+            notes.append(f"only {free >> 20} MiB free in the home directory {home}: tuning writes banks, result files "
+                         f"and logs; free at least {MIN_FREE_HOME >> 30} GiB or point TUNE_BANK_PATH and "
+                         f"ASCEND_WORK_PATH at a larger disk")
+    except OSError:
+        pass
+    if mode == 1:
+        cpus = cfg.cpu_count()
+        if cpus < 2:
+            notes.append(f"subgraph tuning runs its plan search beside the simulator: {cpus} CPU is slow; "
+                         f"use a machine with at least 2 CPUs")
+    return notes
+
+
 def settings_from_env(env: Mapping[str, str] | None = None, *, soc: str = DEFAULT_SOC, mode: int = 2,
                       device: int | str | None = None, work_path: str | os.PathLike[str] | None = None,
                       config: str | os.PathLike[str] | None = None, bank: str | os.PathLike[str] | None = None,
@@ -108,6 +165,7 @@ def settings_from_env(env: Mapping[str, str] | None = None, *, soc: str = DEFAUL
     AoeError naming it.
     """
     env = dict(os.environ if env is None else env)
+    check_launch(env)
     soc = load_soc(soc).name
     check_name(soc, "SoC version")
     n = cfg.device_count(env)
@@ -140,6 +198,14 @@ def settings_from_env(env: Mapping[str, str] | None = None, *, soc: str = DEFAUL
         raise AoeError(f"--op_select_implmode {implmode!r} is not valid; use high_performance (the default: "
                        f"every implementation) or high_precision (none that changes the rounding)")
     wp, _ = cfg.resolve_work_path(work_path, env, ini, cwd)
+    if env.get("TUNING_PARALLEL_NUM"):
+        notes.append(f"TUNING_PARALLEL_NUM={env['TUNING_PARALLEL_NUM']!r} is set in the environment, where it has no "
+                     f"effect: it belongs in the config file (aoe.ini: tuning_parallel_num = N, or "
+                     f"TuneOptions(workers=N)); using {tp}")
+    if work_path is not None and env.get("ASCEND_WORK_PATH"):
+        notes.append(f"--work_path {os.fspath(work_path)} is used; ASCEND_WORK_PATH={env['ASCEND_WORK_PATH']} is not "
+                     f"(an explicit argument wins over the environment, as for every other setting)")
+    notes += resource_notes(env, workers, mode)
     bank_env = dict(env)
     if bank is not None:
         bank_env["TUNE_BANK_PATH"] = os.fspath(bank)

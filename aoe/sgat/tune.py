@@ -28,11 +28,16 @@ TIE = 1e-9      # relative: a tuned plan must beat the plan in use by more than 
 
 
 def check_soc(soc: Soc) -> None:
-    """Refuse SoCs on which real AOE does not support subgraph tuning (Atlas A2/A3)."""
-    if soc.name.startswith(UNSUPPORTED_PREFIXES):
-        raise AoeError(f"subgraph tuning (AOE_MODE=1) is not supported on {soc.name} (Atlas A2/A3 "
-                       "series); use operator tuning (AOE_MODE=2) on this SoC, or subgraph-tune for "
-                       "Ascend910A / Ascend310P3")
+    """Refuse SoCs on which real AOE does not support subgraph tuning (Atlas A2/A3).
+
+    Decided by what the SoC is, not only by its name: Atlas A2/A3 cores split Cube and Vector
+    (cube_vector_split=1), so a renamed A2-style description is refused too.
+    """
+    if soc.separated or soc.name.startswith(UNSUPPORTED_PREFIXES):
+        why = "Atlas A2/A3 series" if soc.name.startswith(UNSUPPORTED_PREFIXES) else \
+            "its AI cores split Cube and Vector (cube_vector_split=1), as the Atlas A2/A3 series"
+        raise AoeError(f"subgraph tuning (AOE_MODE=1) is not supported on {soc.name} ({why}); use operator "
+                       "tuning (AOE_MODE=2) on this SoC, or subgraph-tune for Ascend910A / Ascend310P3")
 
 
 @dataclass
