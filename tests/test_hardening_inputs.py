@@ -62,3 +62,20 @@ def test_reduce_sum_over_n_h_w_simulates(capsys):
     rc = main(["simulate", "--op", "ReduceSumD", "--shape", "1,32,6,6", "--attrs", '{"axes":[0,2,3]}'])
     out, err = capsys.readouterr()
     assert rc == 0 and "Traceback" not in err, err
+
+
+def test_a_failed_case_names_the_operator_and_the_reason(env, capsys, monkeypatch):
+    import aoe.opat.graph_tune as gt
+
+    real = gt.tune_case
+
+    def flaky(case, *a, **kw):
+        if case.op_type == "MatMulV2":
+            raise RuntimeError("the simulator refused this strategy")
+        return real(case, *a, **kw)
+
+    monkeypatch.setattr(gt, "tune_case", flaky)
+    (env / "aoe.ini").write_text("tuning_parallel_num = 1\n")   # in this process, where the patch applies
+    rc, out, err = _run(capsys, env, [mm_op(128, 256, 128, "mm_x")])
+    assert rc == 1
+    assert "mm_x (MatMulV2): RuntimeError: the simulator refused this strategy" in out

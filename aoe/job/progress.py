@@ -127,6 +127,15 @@ def opat_summary(report: Any, top: int = 10) -> list[str]:
     if recs and after > 0:
         lines.append(f"tuned operators, sum of times: {_fmt_us(before)} -> {_fmt_us(after)} "
                      f"({(before / after - 1) * 100:.2f}% faster)")
+    failed = [r for r in report.records if r.error]
+    if failed:  # never only a count: which operator, of which type, and why
+        lines.append(f"failed operators ({len(failed)}):")
+        for r in failed[:top]:
+            t = r.op_type if isinstance(r.op_type, str) else "+".join(r.op_type)
+            reason = str(r.error).splitlines()[0] if str(r.error) else "?"
+            lines.append(f"  {r.op_name} ({t}): {reason[:300]}")
+        if len(failed) > top:
+            lines.append(f"  ... and {len(failed) - top} more (tuning_failed_operators in the result file)")
     return lines
 
 
