@@ -121,12 +121,13 @@ ConvCtx conv_setup(const SoC& s, const int64_t* op) {
     return x;
 }
 
-AOE_INLINE Result conv_row(const SoC& s, const ConvCtx& x, const int64_t* st) {
+template <bool Full>
+AOE_INLINE TimeReason conv_row(const SoC& s, const ConvCtx& x, const int64_t* st, Result* out) {
     for (int i = 0; i < Q_NST; ++i)
-        if (st[i] < 0) return invalid(RS_BAD_VALUE);
+        if (st[i] < 0) return reject<Full>(out, RS_BAD_VALUE);
     for (int i = Q_BATCH; i <= Q_NL0; ++i)
-        if (st[i] < 1) return invalid(RS_BAD_VALUE);
-    if (st[Q_PBUF] > 31 || st[Q_ORDER] > 1) return invalid(RS_BAD_VALUE);
+        if (st[i] < 1) return reject<Full>(out, RS_BAD_VALUE);
+    if (st[Q_PBUF] > 31 || st[Q_ORDER] > 1) return reject<Full>(out, RS_BAD_VALUE);
     const int dir = x.dir;
     const int64_t n = x.n, h = x.h, w = x.w, g = x.g, sh = x.sh, sw = x.sw, ekh = x.ekh, ekw = x.ekw;
     const int64_t ho = x.ho, wo = x.wo, ea = x.ea, c0 = x.c0, khw = x.khw;
@@ -134,9 +135,9 @@ AOE_INLINE Result conv_row(const SoC& s, const ConvCtx& x, const int64_t* st) {
     const int64_t hoL1 = st[Q_HOL1], woL1 = st[Q_WOL1], kAL1 = st[Q_KAL1], kBL1 = st[Q_KBL1];
     const int64_t hoL0 = st[Q_HOL0], woL0 = st[Q_WOL0], kL0 = st[Q_KL0], nL0 = st[Q_NL0];
     const int64_t pbuf = st[Q_PBUF];
-    if (bd * hd * nd * gd > s.cube_cores) return invalid(RS_CORES);
-    if (fmod_i(hoL1, hoL0) || fmod_i(woL1, woL0)) return invalid(RS_INCONSISTENT);
-    if (gd > g || bd > n) return invalid(RS_EXCEEDS_SHAPE);
+    if (bd * hd * nd * gd > s.cube_cores) return reject<Full>(out, RS_CORES);
+    if (fmod_i(hoL1, hoL0) || fmod_i(woL1, woL0)) return reject<Full>(out, RS_INCONSISTENT);
+    if (gd > g || bd > n) return reject<Full>(out, RS_EXCEEDS_SHAPE);
 
     CubeProblem p = x.p;
     int64_t mm[S_NST] = {0};
@@ -149,11 +150,11 @@ AOE_INLINE Result conv_row(const SoC& s, const ConvCtx& x, const int64_t* st) {
     if (dir == 0 || dir == 1) {
         const int64_t out_h = x.out_h, out_w = x.out_w, in_c = x.in_c, out_c = x.out_c;
         const int64_t kal = x.kal;
-        if (hd > out_h || nd > ceil_div(out_c, 16)) return invalid(RS_EXCEEDS_SHAPE);
+        if (hd > out_h || nd > ceil_div(out_c, 16)) return reject<Full>(out, RS_EXCEEDS_SHAPE);
         const int64_t ho_core = ceil_div(out_h, hd);
-        if (hoL1 > ho_core || woL1 > out_w) return invalid(RS_EXCEEDS_SHAPE);
+        if (hoL1 > ho_core || woL1 > out_w) return reject<Full>(out, RS_EXCEEDS_SHAPE);
         // L1 holds whole kernel windows of C0-channel groups (kAL1 in units of kh*kw*C0)
-        if (fmod_i(kAL1, kL0) || fmod_i(kBL1, kL0) || fmod_i(kAL1, khw * c0)) return invalid(RS_INCONSISTENT);
+        if (fmod_i(kAL1, kL0) || fmod_i(kBL1, kL0) || fmod_i(kAL1, khw * c0)) return reject<Full>(out, RS_INCONSISTENT);
         // L1 patch for hoL1 x woL1 output pixels (dx: rows of the zero-inserted dy, of which 1/stride are real)
         double rows = double((hoL1 - 1) * x.step_h + ekh), cols = double((woL1 - 1) * x.step_w + ekw);
         if (dir == 1) { rows = ceil_pos(rows / double(sh)); cols = ceil_pos(cols / double(sw)); }
@@ -181,10 +182,10 @@ AOE_INLINE Result conv_row(const SoC& s, const ConvCtx& x, const int64_t* st) {
     } else {
         // dW[co_g, C1*C0*kh*kw] = dy^T[co_g, pixels] x img2col(x)[pixels, C1*C0*kh*kw]
         const int64_t nal = x.nal, pixels = x.pixels, c1 = x.c1, cin_g = x.cin_g;
-        if (hd > ho || nd > c1) return invalid(RS_EXCEEDS_SHAPE);
+        if (hd > ho || nd > c1) return reject<Full>(out, RS_EXCEEDS_SHAPE);
         const int64_t ho_core = ceil_div(ho, hd);
-        if (hoL1 > ho_core || woL1 > wo) return invalid(RS_EXCEEDS_SHAPE);
-        if (fmod_i(kAL1, kL0) || fmod_i(kBL1, khw * c0)) return invalid(RS_INCONSISTENT);
+        if (hoL1 > ho_core || woL1 > wo) return reject<Full>(out, RS_EXCEEDS_SHAPE);
+        if (fmod_i(kAL1, kL0) || fmod_i(kBL1, khw * c0)) return reject<Full>(out, RS_INCONSISTENT);
         const double rows = std::min(double((hoL1 - 1) * sh + ekh), double(h));
         const double cols = std::min(double((woL1 - 1) * sw + ekw), double(w));
         const double ch_l1 = double(fdiv(kBL1, khw));
@@ -211,18 +212,20 @@ AOE_INLINE Result conv_row(const SoC& s, const ConvCtx& x, const int64_t* st) {
     mm[S_USED_CORE] = std::min(mm[S_USED_CORE], tasks);
     mm[S_L2_MCNT] = mm[S_L2_NCNT] = mm[S_L2_MBLK] = mm[S_L2_NBLK] = 1;
     mm[S_TILING_EN] = 0;
-    return cube_eval_inl(s, p, x.c, mm);
+    return cube_eval_inl<Full>(s, p, x.c, mm, out);
 }
 
 AOE_HOT Result eval_conv(const SoC& s, const int64_t* op, const int64_t* st) {
-    return conv_row(s, conv_setup(s, op), st);
+    Result r;
+    conv_row<true>(s, conv_setup(s, op), st, &r);
+    return r;
 }
 
 AOE_HOT void conv_times(const SoC& s, const int64_t* op, const int64_t* st, int64_t nf, int64_t lo, int64_t hi,
                         double* times, int32_t* reasons) {
     const ConvCtx x = conv_setup(s, op);
     for (int64_t i = lo; i < hi; ++i) {
-        const Result r = conv_row(s, x, st + i * nf);
+        const TimeReason r = conv_row<false>(s, x, st + i * nf, nullptr);
         times[i] = r.time_us;
         reasons[i] = r.reason;
     }

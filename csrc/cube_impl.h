@@ -10,11 +10,26 @@
 
 namespace aoesim {
 
+struct TimeReason {
+    double time_us;
+    int reason;
+};
+
+// An invalid strategy: the full Result too when asked for.
+template <bool Full>
+AOE_INLINE TimeReason reject(Result* out, int reason) {
+    if constexpr (Full) *out = invalid(reason);
+    return {std::numeric_limits<double>::infinity(), reason};
+}
+
 // The body of cube_eval, inlined into each batch loop (so a times-only loop computes only the time).
-AOE_INLINE Result cube_eval_inl(const SoC& s, const CubeProblem& p, const CubePrep& c, const int64_t* st) {
+// `Full`: fill *out with the whole Result; otherwise only the time and the reason are computed.
+template <bool Full>
+AOE_INLINE TimeReason cube_eval_inl(const SoC& s, const CubeProblem& p, const CubePrep& c, const int64_t* st,
+                                    Result* out) {
     int64_t any = 0;  // one sign test for all fields (vectorises) instead of 23 branches
     for (int i = 0; i < S_NST; ++i) any |= st[i];
-    if (any < 0) return invalid(RS_BAD_VALUE);
+    if (any < 0) return reject<Full>(out, RS_BAD_VALUE);
     const int64_t M = p.M, N = p.N, K = p.K;
     const int64_t batch = c.batch, ea = p.ea, eo = p.eo, k0 = c.k0;
     const bool a_nz = p.a_nz, b_nz = p.b_nz, c_nz = p.c_nz, ta = p.ta, tb = p.tb, bias = p.bias;
@@ -31,33 +46,33 @@ AOE_INLINE Result cube_eval_inl(const SoC& s, const CubeProblem& p, const CubePr
     if (uc < 1 || sM < 1 || sN < 1 || sK < 1 || bM < 1 || bN < 1 || bK < 1 || dA < 1 || dB < 1 ||
         stM < 1 || stN < 1 || sKa < 1 || sKb < 1 || ord > 1 || dbA > 1 || dbB > 1 || dbC > 1 ||
         l2en > 1 || l2ord > 1)
-        return invalid(RS_BAD_VALUE);
-    if (uc > s.cube_cores) return invalid(RS_CORES);
-    if ((bM & 15) || (bN & 15) || (bK & (k0 - 1))) return invalid(RS_MISALIGNED);
-    if (sM > c.Mal || sN > c.Nal || sK > c.Kal) return invalid(RS_EXCEEDS_SHAPE);
+        return reject<Full>(out, RS_BAD_VALUE);
+    if (uc > s.cube_cores) return reject<Full>(out, RS_CORES);
+    if ((bM & 15) || (bN & 15) || (bK & (k0 - 1))) return reject<Full>(out, RS_MISALIGNED);
+    if (sM > c.Mal || sN > c.Nal || sK > c.Kal) return reject<Full>(out, RS_EXCEEDS_SHAPE);
     const int64_t tM = std::min(sM, M), tN = std::min(sN, N), tK = std::min(sK, K);  // full task
     const int64_t aM = align_pow2(tM, 16), aN = align_pow2(tN, 16), aK = align_pow2(tK, k0);
-    if (bM > aM || bN > aN || bK > aK) return invalid(RS_EXCEEDS_SHAPE);
+    if (bM > aM || bN > aN || bK > aK) return reject<Full>(out, RS_EXCEEDS_SHAPE);
     const int64_t mIter = ceil_div(tM, bM), nIter = ceil_div(tN, bN), kIter = ceil_div(tK, bK);
-    if (stM > mIter || stN > nIter || sKa > kIter || sKb > kIter) return invalid(RS_EXCEEDS_SHAPE);
-    if (sKa != sKb && fmod_i(sKa, sKb) && fmod_i(sKb, sKa)) return invalid(RS_INCONSISTENT);
+    if (stM > mIter || stN > nIter || sKa > kIter || sKb > kIter) return reject<Full>(out, RS_EXCEEDS_SHAPE);
+    if (sKa != sKb && fmod_i(sKa, sKb) && fmod_i(sKb, sKa)) return reject<Full>(out, RS_INCONSISTENT);
     const bool dbl1a = dA == 2 * stM * sKa, dbl1b = dB == 2 * stN * sKb;
-    if (!dbl1a && dA != stM * sKa) return invalid(RS_INCONSISTENT);
-    if (!dbl1b && dB != stN * sKb) return invalid(RS_INCONSISTENT);
-    if (bM * bK * ea * (1 + dbA) > s.l0a) return invalid(RS_L0A);
-    if (bN * bK * ea * (1 + dbB) > s.l0b) return invalid(RS_L0B);
-    if (bM * bN * 4 * (1 + dbC) > s.l0c) return invalid(RS_L0C);
+    if (!dbl1a && dA != stM * sKa) return reject<Full>(out, RS_INCONSISTENT);
+    if (!dbl1b && dB != stN * sKb) return reject<Full>(out, RS_INCONSISTENT);
+    if (bM * bK * ea * (1 + dbA) > s.l0a) return reject<Full>(out, RS_L0A);
+    if (bN * bK * ea * (1 + dbB) > s.l0b) return reject<Full>(out, RS_L0B);
+    if (bM * bN * 4 * (1 + dbC) > s.l0c) return reject<Full>(out, RS_L0C);
     if (double(dA * bM * bK * ea) * p.a_l1_scale + double(dB * bN * bK * ea) * p.b_l1_scale +
             (bias ? stN * bN * 4 : 0) > double(s.l1))
-        return invalid(RS_L1);
+        return reject<Full>(out, RS_L1);
     const int64_t mB = ceil_div(M, sM), nB = ceil_div(N, sN), kB = ceil_div(K, sK);
     const int64_t per_batch = mB * nB * kB;
     const int64_t tasks = batch * per_batch;
-    if (uc > tasks) return invalid(RS_INCONSISTENT);  // idle cores: usedCoreNum must not exceed blocks
+    if (uc > tasks) return reject<Full>(out, RS_INCONSISTENT);  // idle cores: usedCoreNum must not exceed blocks
     if (l2en) {
         if (l2Mb < 1 || l2Nb < 1 || l2Mb > mB || l2Nb > nB || l2Mc != ceil_div(mB, l2Mb) ||
             l2Nc != ceil_div(nB, l2Nb))
-            return invalid(RS_INCONSISTENT);
+            return reject<Full>(out, RS_INCONSISTENT);
     }
 
     Result r;
@@ -158,18 +173,24 @@ AOE_INLINE Result cube_eval_inl(const SoC& s, const CubeProblem& p, const CubePr
     else waves = double(ceil_div(tasks, uc));
 
     const double wu = waves * c.inv_cpu;
-    r.busy_us[P_MTE2] = wu * (t.mte2_a + t.mte2_b);
-    r.busy_us[P_MTE1] = wu * (t.mte1_a + t.mte1_b);
-    r.busy_us[P_CUBE] = wu * t.cube;
-    r.busy_us[P_FIXPIPE] = wu * t.fix;
-    r.busy_us[P_SCALAR] = wu * t.scalar;
-    r.busy_us[P_OVERHEAD] = s.launch_us + wu * fill;
-    r.hbm_bytes = hbm_rd + c.C_tot * (kB > 1 ? double(kB) * 4.0 / double(eo) : 1.0) + c.bias_tot;
-    r.l2_bytes = R - hbm_rd;
-    r.flops = p.flops;
-    r.bytes = comp + c.C_tot + c.bias_tot;
-    finish(s, r, waves * task_cycles, 0.0, 1);
-    return r;
+    if constexpr (!Full) {
+        // the same sum as finish() (one kernel, no vector cycles), nothing else
+        return {s.launch_us + (waves * task_cycles) / s.cycles_per_us() + 0.0 / s.vec_cycles_per_us(), RS_OK};
+    } else {
+        r.busy_us[P_MTE2] = wu * (t.mte2_a + t.mte2_b);
+        r.busy_us[P_MTE1] = wu * (t.mte1_a + t.mte1_b);
+        r.busy_us[P_CUBE] = wu * t.cube;
+        r.busy_us[P_FIXPIPE] = wu * t.fix;
+        r.busy_us[P_SCALAR] = wu * t.scalar;
+        r.busy_us[P_OVERHEAD] = s.launch_us + wu * fill;
+        r.hbm_bytes = hbm_rd + c.C_tot * (kB > 1 ? double(kB) * 4.0 / double(eo) : 1.0) + c.bias_tot;
+        r.l2_bytes = R - hbm_rd;
+        r.flops = p.flops;
+        r.bytes = comp + c.C_tot + c.bias_tot;
+        finish(s, r, waves * task_cycles, 0.0, 1);
+        *out = r;
+        return {r.time_us, r.reason};
+    }
 }
 
 }  // namespace aoesim

@@ -80,13 +80,15 @@ Result cube_eval(const SoC& s, const CubeProblem& p, const int64_t* st) {
 }
 
 AOE_HOT Result cube_eval(const SoC& s, const CubeProblem& p, const CubePrep& c, const int64_t* st) {
-    return cube_eval_inl(s, p, c, st);
+    Result r;
+    cube_eval_inl<true>(s, p, c, st, &r);
+    return r;
 }
 
 AOE_HOT void matmul_times(const SoC& s, const CubeProblem& p, const CubePrep& c, const int64_t* st, int64_t nf,
                           int64_t lo, int64_t hi, double* times, int32_t* reasons) {
     for (int64_t i = lo; i < hi; ++i) {
-        const Result r = cube_eval_inl(s, p, c, st + i * nf);
+        const TimeReason r = cube_eval_inl<false>(s, p, c, st + i * nf, nullptr);
         times[i] = r.time_us;
         reasons[i] = r.reason;
     }
