@@ -22,10 +22,12 @@ Convolution (`default_conv`: Conv2D, Conv2DBackpropInput, Conv2DBackpropFilter)
   C2. A split of the feature map leaves every core whole rows and at least one 16-pixel fractal: a
       7x7 map is never cut over 7 cores. For the filter gradient the pixels are the reduction: a split of
       them (batch or rows) adds fp32 partial sums that every core writes atomically, which the estimate
-      charges, so small maps split over Cin*kh*kw instead.
+      charges, so small maps split over Cin*kh*kw instead; it cuts the reduction by whole images
+      first, and by rows only once every image has a core of its own (short rows make small L0 blocks).
   C3. L0 blocks of about 128 output pixels (whole output-row divisors), K in 64-element (fp16) steps,
-      L1 holding whole kernel windows of 1-4 C0-channel groups and 1-4 L0 row blocks, full ping-pong; a
-      smaller pixel block or N block only when those do not fit.
+      L1 holding whole kernel windows of 1-4 C0-channel groups and 1-4 L0 row blocks; full ping-pong is
+      kept first (the L1 block shrinks before a buffer loses its second half); a smaller pixel block or
+      N block only when those do not fit.
   C4. Depthwise convolutions are priced as CANN's depthwise kernels run them (`aoe.ops` builds the
       descriptor): the filter in C1HWNCoC0, a C0 x C0 diagonal block per C0 channels, i.e. a group conv
       of C1 groups of C0 channels on the Cube; the Vector unit's depthwise kernel is an Impl alternative.
@@ -71,15 +73,16 @@ def _valid(soc: Soc, op: SimOp, rows: list[list[int]]) -> np.ndarray:
     return reasons
 
 
-def _core_split(cores: int, batch: int, m_blk: int, n_blk: int) -> tuple[int, int, int]:
-    """Balanced (batchDim, mDim, nDim): fewest base blocks on the busiest core, then fewest cores."""
-    best: tuple[tuple[int, int], tuple[int, int, int]] | None = None
+def _core_split(cores: int, batch: int, m_blk: int, n_blk: int, bm: int = 1, bn: int = 1) -> tuple[int, int, int]:
+    """Balanced (batchDim, mDim, nDim): fewest base blocks on the busiest core, then the squarest
+    region (the least A and B a core loads: singleCoreM + singleCoreN), then fewest cores."""
+    best: tuple[tuple[int, int, int], tuple[int, int, int]] | None = None
     for b_dim in range(1, min(batch, cores) + 1):
         rest = cores // b_dim
         for m_dim in range(1, min(rest, m_blk) + 1):
             n_dim = min(rest // m_dim, n_blk)
             load = _cdiv(batch, b_dim) * _cdiv(m_blk, m_dim) * _cdiv(n_blk, n_dim)
-            key = (load, b_dim * m_dim * n_dim)
+            key = (load, _cdiv(m_blk, m_dim) * bm + _cdiv(n_blk, n_dim) * bn, b_dim * m_dim * n_dim)
             if best is None or key < best[0]:
                 best = (key, (b_dim, m_dim, n_dim))
     assert best is not None
@@ -112,7 +115,7 @@ def default_matmul(soc: Soc, op: MatMul) -> dict[str, int]:
             continue
         # busiest core's Cube work (padding and core balance included); fall-back blocks (smaller,
         # less L1 reuse) must win by more than 15%; among CANN's own, the first is preferred
-        b_dim, m_dim, n_dim = _core_split(soc.cube_cores, batch, _cdiv(op.m, bm), _cdiv(op.n, bn))
+        b_dim, m_dim, n_dim = _core_split(soc.cube_cores, batch, _cdiv(op.m, bm), _cdiv(op.n, bn), bm, bn)
         waves = _cdiv(batch, b_dim)
         s_m_e, s_n_e = _cdiv(_cdiv(op.m, bm), m_dim) * bm, _cdiv(_cdiv(op.n, bn), n_dim) * bn
         cube = waves * s_m_e * s_n_e * kal / (16 * 16 * k0)
@@ -138,7 +141,7 @@ def default_matmul(soc: Soc, op: MatMul) -> dict[str, int]:
             else:
                 nc += 1
     tile_m, tile_n = _cdiv(op.m, mc), _cdiv(op.n, nc)
-    b_dim, m_dim, n_dim = _core_split(soc.cube_cores, batch, _cdiv(tile_m, bm), _cdiv(tile_n, bn))
+    b_dim, m_dim, n_dim = _core_split(soc.cube_cores, batch, _cdiv(tile_m, bm), _cdiv(tile_n, bn), bm, bn)
     s_m = min(_cdiv(_cdiv(tile_m, bm), m_dim) * bm, m16)
     s_n = min(_cdiv(_cdiv(tile_n, bn), n_dim) * bn, n16)
     m_blocks, n_blocks = _cdiv(op.m, s_m), _cdiv(op.n, s_n)
@@ -250,10 +253,11 @@ def _conv_split(soc: Soc, op: Conv2D, out_h: int, out_w: int, n_units: int, k_al
 
     The estimate is what a tiling function can know without running the kernel: the busiest core's
     Cube fractals (pixels and channels padded to 16, K to C0), its img2col expansion into L0 (which a
-    split of the channels does not shrink), and the bytes it moves (its feature-map patch with halo,
+    split of the channels does not shrink), the bytes it moves (its feature-map patch with halo,
     its weight slice, its output, fp32 partial sums when the reduction of a filter gradient is split)
-    at its share of the chip's HBM bandwidth; the largest of the three, plus a fixed cost per group
-    task it runs. A spatial split must leave every core
+    at its share of the chip's HBM bandwidth, and the Scalar unit's issue of its L0 blocks (rule C3's
+    ~128-pixel blocks, fewer pixels when the core holds few rows); the largest of the four, plus a
+    fixed cost per group task it runs. A spatial split must leave every core
     whole output rows and at least one 16-pixel fractal; among splits within 2% of the best estimate
     the one with fewest cores wins (fewer partial sums, fewer duplicated weight loads).
     """
@@ -276,6 +280,7 @@ def _conv_split(soc: Soc, op: Conv2D, out_h: int, out_w: int, n_units: int, k_al
     # inferred constant); a 1x1 stride-1 conv is a plain copy
     load3d = 1.0 if kh * kw == 1 and op.strides == (1, 1) else 0.5
     fixed = soc.scalar_task_cycles + soc.dma_latency_cycles  # per task (a group is a task of its own)
+    wo_l0 = _divisor_at_most(out_w, 128)
     seen: set[tuple[int, ...]] = set()
     scored: list[tuple[float, int, tuple[int, ...]]] = []
     for gd in range(1, min(g, cores) + 1):
@@ -289,13 +294,18 @@ def _conv_split(soc: Soc, op: Conv2D, out_h: int, out_w: int, n_units: int, k_al
                     g_c, n_c, rows, u_c = (_cdiv(x, d) for x, d in zip((g, n, out_h, n_units), dims))
                     if dims[2] > 1 and rows * out_w < 16:
                         continue  # a core would get less than one fractal of output pixels
+                    if filt and dims[2] > 1 and dims[1] < n:
+                        continue  # dW cuts its reduction by whole images first, rows only past the batch
                     used = dims[0] * dims[1] * dims[2] * dims[3]
                     pix = n_c * rows * out_w
+                    # L0 pixel blocks as C3 cuts them: whole-row divisors of ~128 pixels within the core's rows
+                    l0_pix = n_c * _cdiv(rows, max(1, min(rows, 128 // wo_l0))) * (out_w // wo_l0)
                     patch_rows = min(in_h, (rows - 1) * step + ekh) if not dx else min(in_h, _cdiv(rows + ekh, sh))
                     if filt:
                         n_core = u_c * c0 * kh * kw  # dW columns: C0-channel groups x kernel window
                         cube = _cdiv(co_g, 16) * _cdiv(n_core, 16) * _cdiv(pix, c0)
                         expand = _align(pix, c0) * n_core * ea / (soc.l1_to_l0b_rate * load3d)
+                        blocks = l0_pix * _cdiv(co_g, 128) * _cdiv(n_core, min(n_core, 128, 4 * c0 * kh * kw))
                         split_k = dims[1] * dims[2] > 1
                         moved = (co_g * pix + n_c * patch_rows * w * u_c * c0) * ea \
                             + _align(co_g, 16) * n_core * (4 if split_k else eo)
@@ -303,9 +313,11 @@ def _conv_split(soc: Soc, op: Conv2D, out_h: int, out_w: int, n_units: int, k_al
                         n_core = u_c * 16
                         cube = _cdiv(pix, 16) * u_c * (k_al // c0)
                         expand = _align(pix, 16) * k_al * ea / (soc.l1_to_l0a_rate * load3d)
+                        blocks = l0_pix * _cdiv(n_core, 256) * _cdiv(k_al, 128 // ea)
                         moved = (n_c * patch_rows * in_w * in_c + n_core * k_al) * ea + pix * n_core * eo
                     rate = min(soc.ddr_rate, chip_bpc / used)
-                    scored.append((g_c * (max(cube, expand, moved / rate) + fixed), used, dims))
+                    scalar = blocks * soc.scalar_iter_cycles  # issuing ~128-pixel L0 blocks
+                    scored.append((g_c * (max(cube, expand, moved / rate, scalar) + fixed), used, dims))
     assert scored, "no core split"
     least = min(e for e, _, _ in scored)
     return min((u, e, d) for e, u, d in scored if e <= 1.02 * least)[2]
@@ -355,9 +367,10 @@ def default_conv(soc: Soc, op: Conv2D) -> dict[str, int]:
                 cands.append([bd, hd, nd, gd, ho_l1, out_w if not filt else wo, k_a1, k_b1, ho_l0, wo_l0, k_l0_c,
                               n_l0_c, pbuf, 0])
     reasons = _valid(soc, op, cands) if cands else np.array([_sim.REASONS.index("inconsistent")])
-    for cand, r in zip(cands, reasons):
-        if r == 0:
-            return dict(zip(CONV_FIELDS, (int(v) for v in cand)))
+    # ping-pong first: the L1 block shrinks before a buffer loses its second half (rule C3)
+    for i in sorted(range(len(cands)), key=lambda i: i % 4):
+        if reasons[i] == 0:
+            return dict(zip(CONV_FIELDS, (int(v) for v in cands[i])))
     # Fallback for shapes the blocks above do not fit (a prime output width leaves 1-pixel L0 rows
     # that the L1 block cannot step over; a 16x16 patch-embedding kernel overflows L1 with whole rows):
     # smaller L1/L0 pixel blocks, then the narrowest N block, the way CANN shrinks its tiling.
