@@ -156,7 +156,7 @@ class Results:
                     med = "inf" if r["median_gap"] is None else f"{100 * r['median_gap']:.2f}%"
                     cells.append(f" | {100 * r['within_1pct']:>7.1f}% {med:>8} {r['wall_s_median']:>8.3f}s")
             lines.append(f"{n:<{w}}" + "".join(cells))
-        lines.append("reference: " + ", ".join(f"{k} {v}" for k, v in self.reference_kinds().items()))
+        lines.append("reference: " + "; ".join(f"{v} {k}" for k, v in self.reference_kinds().items()))
         for s in self.strategies:
             if s.get("skipped"):
                 lines.append(f"{s['name']}: skipped ({s['skipped']})")
