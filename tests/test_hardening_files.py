@@ -11,7 +11,8 @@ import pytest
 import aoe
 from aoe.errors import AoeError
 from aoe.job.result import ResultFile
-from aoe.job.run import JobSpec, task_name
+from aoe.job.inputs import task_name
+from aoe.job.run import JobSpec
 from conftest import mm_op, single_ops_graph, tiny_onnx
 
 
