@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from aoe import sim
-from aoe.benchmark import Case, Strategy, run_search_bench
+from aoe.benchmark import Case, Results, Strategy, run_search_bench
 from aoe.benchmark import strategies as strat_mod
 from aoe.cli import main as cli_main
 from aoe.errors import AoeError
@@ -47,6 +47,7 @@ def test_json_shape(results):
             s = per[str(b)]
             assert s["cases"] == 2 and 0 <= s["within_1pct"] <= 1 and s["q1_gap"] <= s["median_gap"] <= s["q3_gap"]
     assert "within1%" in results.table()
+    assert Results.from_json(doc).summary() == results.summary()  # a saved run reads back (to plot again)
 
 
 def test_curves_are_monotone(results):

@@ -169,6 +169,15 @@ class Results:
             kinds[c["reference"]] = kinds.get(c["reference"], 0) + 1
         return kinds
 
+    @classmethod
+    def from_json(cls, doc: dict) -> "Results":
+        """Results read back from `to_json()` (e.g. to plot a saved run again)."""
+        try:
+            return cls(doc["soc"], doc["suite"], list(doc["budgets"]), int(doc["seed"]), list(doc["strategies"]),
+                       list(doc["cases"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise AoeError(f"not a search benchmark results file: {exc}") from exc
+
     def save(self, path: str) -> None:
         """Write `to_json()` to a file."""
         with open(path, "w", encoding="utf-8") as f:
