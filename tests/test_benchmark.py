@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import itertools
 import json
 
 import numpy as np
@@ -55,12 +56,12 @@ def test_curves_are_monotone(results):
         for per in case["runs"].values():
             for run in per.values():
                 g = [np.inf if x is None else x for x in run["curve_gap"]]
-                assert all(a >= b for a, b in zip(g, g[1:]))
+                assert all(a >= b for a, b in itertools.pairwise(g))
                 assert g[-1] == pytest.approx(run["gap"])
     for per in results.summary().values():
         for s in per.values():
             med = [np.inf if x is None else x for x in s["curve"]["median"]]
-            assert all(a >= b for a, b in zip(med, med[1:]))
+            assert all(a >= b for a, b in itertools.pairwise(med))
 
 
 def test_budget_is_enforced_and_anytime_prefix(results):

@@ -9,4 +9,4 @@ from .plots import plot_results
 from .strategies import ENTRY_POINT_GROUP, Strategy
 from .suites import Case, load_suite
 
-__all__ = ["run_search_bench", "Results", "plot_results", "Strategy", "Case", "load_suite", "ENTRY_POINT_GROUP"]
+__all__ = ["ENTRY_POINT_GROUP", "Case", "Results", "Strategy", "load_suite", "plot_results", "run_search_bench"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -46,7 +46,7 @@ class _Recorder:
             self.clock.append((self.evals, time.perf_counter() - self.t0, time.process_time() - self.c0))
         return out
 
-    def trace(self) -> "_Trace":
+    def trace(self) -> _Trace:
         """Best time after each evaluation, and the clock."""
         t = np.concatenate(self.times) if self.times else np.zeros(0)
         return _Trace(np.minimum.accumulate(t) if len(t) else t, self.clock)
@@ -113,7 +113,7 @@ class Results:
                 gaps = np.array([math.inf if r["gap"] is None else r["gap"] for r in runs])
                 grid = runs[0]["curve_evals"]
                 curves = np.array([[math.inf if g is None else g for g in r["curve_gap"]] for r in runs])
-                q = lambda a, p: [_json_num(v) for v in np.quantile(a, p, axis=0, method="higher")]  # noqa: E731
+                q = lambda a, p: [_json_num(v) for v in np.quantile(a, p, axis=0, method="higher")]
                 per[str(b)] = {
                     "cases": len(runs),
                     "within_1pct": round(float(np.mean(gaps <= WITHIN)), 4),
@@ -170,7 +170,7 @@ class Results:
         return kinds
 
     @classmethod
-    def from_json(cls, doc: dict) -> "Results":
+    def from_json(cls, doc: dict) -> Results:
         """Results read back from `to_json()` (e.g. to plot a saved run again)."""
         try:
             return cls(doc["soc"], doc["suite"], list(doc["budgets"]), int(doc["seed"]), list(doc["strategies"]),

@@ -9,8 +9,8 @@ and GP samplers and CMA-ES (the `cmaes` package). More come from the entry-point
 from __future__ import annotations
 
 import importlib.metadata
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -34,15 +34,15 @@ class Strategy:
     note: str = ""
 
 
-def _driver(space, op, measure, budget, seed):  # noqa: ANN001 - the strategy contract
+def _driver(space, op, measure, budget, seed):
     return search(space, op, measure, Budget(evaluations=budget), seed=seed)
 
 
-def _beam(space, op, measure, budget, seed):  # noqa: ANN001
+def _beam(space, op, measure, budget, seed):
     return beam(space, op, measure, Budget(evaluations=budget), seed=seed)
 
 
-def _local(space, op, measure, budget, seed):  # noqa: ANN001
+def _local(space, op, measure, budget, seed):
     return local_search(space, op, measure, Budget(evaluations=budget), seed=seed)
 
 
@@ -64,7 +64,7 @@ def uniform_sample(space: FactoredSpace, k: int, seed: int) -> np.ndarray:
     return rows[order]
 
 
-def _random(space, op, measure, budget, seed):  # noqa: ANN001
+def _random(space, op, measure, budget, seed):
     rows = uniform_sample(space, budget, seed)
     for i in range(0, len(rows), 256):  # batches, so an anytime prefix is cheap to read
         measure(op, rows[i:i + 256])
@@ -105,7 +105,7 @@ class _Encoding:
         return self.space.repair(rows) if self.space.repair is not None else rows
 
 
-def _optuna(space, op, measure, budget, seed, sampler_name):  # noqa: ANN001
+def _optuna(space, op, measure, budget, seed, sampler_name):
     try:
         import optuna
     except ImportError as exc:
@@ -130,15 +130,15 @@ def _optuna(space, op, measure, budget, seed, sampler_name):  # noqa: ANN001
         study.tell(trial, t if np.isfinite(t) else 1e12)  # an invalid strategy: a large finite penalty
 
 
-def _tpe(space, op, measure, budget, seed):  # noqa: ANN001
+def _tpe(space, op, measure, budget, seed):
     _optuna(space, op, measure, budget, seed, "tpe")
 
 
-def _gp(space, op, measure, budget, seed):  # noqa: ANN001
+def _gp(space, op, measure, budget, seed):
     _optuna(space, op, measure, budget, seed, "gp")
 
 
-def _cmaes(space, op, measure, budget, seed):  # noqa: ANN001
+def _cmaes(space, op, measure, budget, seed):
     try:
         import cmaes
     except ImportError as exc:
@@ -194,7 +194,7 @@ def registered() -> dict[str, Strategy]:
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         try:
             obj = ep.load()
-        except Exception as exc:  # noqa: BLE001 - a broken plug-in: say which, do not crash the listing
+        except Exception as exc:
             raise AoeError(f"search strategy entry point {ep.name!r} ({ep.value}) failed to load: {exc}") from exc
         found[ep.name] = as_strategy(obj, ep.name)
     return found

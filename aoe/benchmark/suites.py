@@ -25,6 +25,7 @@ class Case:
 def zoo_suite() -> list[Case]:
     """Distinct MatMul / BatchMatMul / Conv cases of the bundled models at their default shapes."""
     import aoe.graph
+
     from ..graph.zoo import zoo_names
     from ..ops import Unsupported, describe
 
