@@ -18,6 +18,9 @@ Ascend310P3 (held-out: none of them is tuned for while the space was designed). 
 within 1% of `best`, and the cases where CMA-ES or CANN's default beat the space's optimum (the
 space would be missing a faster strategy). Times are simulated; CPU seconds of the whole run are
 reported beside its wall time. Needs `pip install cmaes` (extra `bench`). Prints one JSON line.
+
+Long runs can be split: `--shard k/n --jsonl part_k.jsonl` runs every n-th case, and
+`--summarize part_*.jsonl` prints the figures over all of them.
 """
 from __future__ import annotations
 
@@ -151,15 +154,25 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cma_evals", type=int, default=2000)
     ap.add_argument("--small", type=int, default=200)
+    ap.add_argument("--shard", default="0/1", help="k/n: run only cases i with i %% n == k (parallel runs)")
+    ap.add_argument("--jsonl", default=None, help="append one line per case to this file")
+    ap.add_argument("--summarize", nargs="*", default=None, help="only summarize these --jsonl files")
     args = ap.parse_args()
     from job_bench import machine  # noqa: E402 - the bench folder's shared helper (date, CPU model)
 
+    if args.summarize is not None:
+        rows = [json.loads(line) for f in args.summarize for line in open(f) if line.strip()]
+        print(json.dumps(summarize(rows, args, machine(), None, None)))
+        return
+    k, n_sh = (int(x) for x in args.shard.split("/"))
     c0, w0 = time.process_time(), time.perf_counter()
     rng = np.random.default_rng(args.seed)
     rows_out = []
     for i in range(args.cases):
         soc = load_soc(SOCS[i % 3])
         op = random_case(rng, (i // 3) % 3)
+        if i % n_sh != k:
+            continue
         measure = simulator_measure(soc)
         space = space_for(soc, op)
         seed_row = space.seeds[0]
@@ -171,8 +184,18 @@ def main() -> None:
         grids = field_grids(soc, op, sample, seed_row)
         cma = cma_raw(soc, op, space, grids, seed_row, args.cma_evals, args.seed + i, 10 * default)
         best = min(opt, drv, small, cma, default)
-        rows_out.append({"soc": soc.name, "op": repr(op), "size": size, "default": default, "space_opt": opt,
-                         "driver": drv, "driver_small": small, "cma": cma, "best": best})
+        rows_out.append({"case": i, "soc": soc.name, "op": repr(op), "size": size, "default": default,
+                         "space_opt": opt, "driver": drv, "driver_small": small, "cma": cma, "best": best,
+                         "cpu_s": round(time.process_time() - c0, 2)})
+        if args.jsonl:
+            with open(args.jsonl, "a") as f:
+                f.write(json.dumps(rows_out[-1]) + "\n")
+    print(json.dumps(summarize(rows_out, args, machine(), time.process_time() - c0, time.perf_counter() - w0)))
+
+
+def summarize(rows_out: list[dict], args: argparse.Namespace, where: dict, cpu: float | None,
+              wall: float | None) -> dict:
+    """The figures over every case."""
     n = len(rows_out)
 
     def within(key: str) -> float:
@@ -184,8 +207,8 @@ def main() -> None:
 
     gaps = [r["driver"] / r["best"] - 1 for r in rows_out]
     cma_b, def_b = beats("cma"), beats("default")
-    print(json.dumps({
-        "bench": "search_raw", **machine(), "cases": n, "seed": args.seed, "socs": list(SOCS),
+    return {
+        "bench": "search_raw", **where, "cases": n, "seed": args.seed, "socs": list(SOCS),
         "within_1pct_of_best": {"space_opt": within("space_opt"), "driver": within("driver"),
                                 f"driver_at_{args.small}": within("driver_small"), "cma_raw": within("cma"),
                                 "cann_default": within("default")},
@@ -193,8 +216,8 @@ def main() -> None:
         "cma_evals": args.cma_evals, "cma_beats_space_opt": len(cma_b), "default_beats_space_opt": len(def_b),
         "cma_beats_examples": sorted(cma_b, key=lambda x: -x["by"])[:8],
         "default_beats_examples": sorted(def_b, key=lambda x: -x["by"])[:8],
-        "cpu_s": round(time.process_time() - c0, 1), "wall_s": round(time.perf_counter() - w0, 1),
-    }))
+        "cpu_s": round(cpu, 1) if cpu is not None else None, "wall_s": round(wall, 1) if wall is not None else None,
+    }
 
 
 if __name__ == "__main__":
