@@ -11,7 +11,8 @@ Matmul (`default_matmul`)
   M2. Core split (batch, M, N): each core gets one singleCoreM x singleCoreN region of whole base blocks
       (usedCoreNum = the regions, never more than the blocks); the choice minimises the busiest core's
       estimate: the larger of its Cube fractals and its bytes (A and B panels, output) at its share of
-      HBM, plus a fixed cost per task it runs (task start-up and the first GM round trip).
+      HBM, plus a fixed cost per task it runs (task start-up and the first GM round trip); among
+      splits with the same blocks per core, the squarest region (least A + B per core).
   M3. K streamed through L1 in 256-element chunks, L1 and L0 ping-pong; L2 tiling when A and B
       overflow 80% of L2 (the longer side cut first).
 Convolution (`default_conv`: Conv2D, Conv2DBackpropInput, Conv2DBackpropFilter)
