@@ -188,3 +188,57 @@ def test_a_broken_measure_is_a_clear_error():
     op = sim.MatMul(m=64, n=64, k=64)
     with pytest.raises(AoeError, match="returned"):
         tune_op(op, kinds=("Schedule",), measure=lambda o, rows: np.zeros(3))
+
+
+# --- CANN's default, the beam's blind spot, the conv space's core splits -------------------------
+
+@pytest.mark.parametrize("op", [sim.MatMul(m=4096, n=3072, k=768), sim.MatMul(m=38, n=1054, k=221, batch=6),
+                                sim.Conv2D(x=(8, 64, 56, 56), weight=(64, 64, 3, 3), pads=(1, 1, 1, 1))])
+@pytest.mark.parametrize("evals", [1, 50, 3000])
+def test_no_search_ends_slower_than_cann_default(op, evals):
+    space = space_for(SOC, op)
+    default_us = sim.simulate(SOC, op).time_us
+    res = search(space, op, simulator_measure(SOC), Budget(evaluations=evals))
+    assert res.evaluations <= evals
+    assert res.time_us <= default_us
+    # CANN's default outer choice (core split and blocks) is a member of the space
+    assert space.member(space.seeds).all()
+
+
+def test_beam_expands_an_outer_choice_whose_default_staging_is_invalid():
+    # two outer choices (field 0); field 1 is the staging. Outer 1's default staging (0) is invalid,
+    # but its staging 2 is the optimum; a beam that judged it by the default alone would never look.
+    from aoe.opat.space import FactoredSpace
+
+    outer = np.array([[0, 0], [1, 0]], np.int64)
+
+    def expand(o):
+        return np.repeat(o, 3, axis=0) + np.tile(np.array([[0, 0], [0, 1], [0, 2]]), (len(o), 1))
+
+    def measure(_, rows):
+        t = np.where(rows[:, 0] == 0, 10.0 - rows[:, 1], 9.0 - 4 * rows[:, 1])
+        return np.where((rows[:, 0] == 1) & (rows[:, 1] == 0), np.inf, t)
+
+    fallback = lambda o: o + np.array([0, 1])  # noqa: E731 - the leanest staging of each outer row
+    space = FactoredSpace(["outer", "stage"], outer, expand, lower_bound=np.array([1.0, 1.0]), fallback=fallback)
+    res = beam(space, None, as_measure(measure), Budget(evaluations=100), width=1)
+    assert res.time_us == 1.0 and list(res.row) == [1, 2]
+
+
+def test_conv_core_splits_are_the_distinct_effective_ones():
+    from aoe.opat.space import _conv_splits
+
+    def cdiv(a, b):
+        return -(-a // b)
+
+    cores, g, n, out_h, units = 24, 2, 3, 7, 5
+    want = set()
+    for gd in range(1, min(g, cores) + 1):
+        for bd in range(1, min(n, cores // gd) + 1):
+            for hd in range(1, min(out_h, cores // (gd * bd)) + 1):
+                for nd in range(1, min(units, cores // (gd * bd * hd)) + 1):
+                    want.add(tuple(cdiv(x, cdiv(x, d)) for x, d in ((g, gd), (n, bd), (out_h, hd), (units, nd))))
+    load = {s: cdiv(g, s[0]) * cdiv(n, s[1]) * cdiv(out_h, s[2]) * cdiv(units, s[3]) for s in want}
+    want = {s for s in want if load[s] <= 2 * min(load.values())}
+    got = {tuple(int(v) for v in r) for r in _conv_splits(cores, g, n, out_h, units)}
+    assert got == want
