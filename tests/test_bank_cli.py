@@ -33,7 +33,7 @@ def test_ls_lists_custom_builtin_and_subgraph(bank_dir, capsys):
     rc, out, _ = run(capsys, "ls", "--json")
     recs = [json.loads(x) for x in out.splitlines()]
     sources = {(r["source"], r.get("op", "subgraph")) for r in recs}
-    assert ("custom", MM) in sources and ("builtin", MM) in sources and ("custom", "subgraph") in sources
+    assert ("custom", MM) in sources and ("builtin", "MatMulV2") in sources and ("custom", "subgraph") in sources
     mine = next(r for r in recs if r["source"] == "custom" and "op" in r)
     assert mine["knowledge"] == mm_know(1) and mine["info_dict"]["m"] == 16
 

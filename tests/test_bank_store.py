@@ -389,7 +389,7 @@ def test_subgraph_bank(tmp_path):
 
 def test_builtin_bank_ships_and_chain_prefers_custom(tmp_path):
     builtin = BuiltinBank(SOC)
-    entries = list(builtin.entries())
+    entries = list(builtin.entries("MatMulV2"))  # a MatMul record: the test stores MatMul knowledge
     assert entries, "the built-in bank data is missing from the package"
     e = entries[0]
     with pytest.raises(AoeError, match="read-only"):
@@ -405,7 +405,7 @@ def test_builtin_bank_ships_and_chain_prefers_custom(tmp_path):
 
 def test_query_custom_then_builtin_then_none(tmp_path):
     clear_cache()
-    e = next(BuiltinBank(SOC).entries())
+    e = next(BuiltinBank(SOC).entries("MatMulV2"))
     assert query(SOC, e.op, e.info_dict, bank_dir=tmp_path) == e.knowledge
     assert query(SOC, e.op, mm_key(m=99991), bank_dir=tmp_path) is None
     OpBank(tmp_path, SOC).save([make_pending(e.op, e.info_dict, mm_know(5, impl=2, formats={"a": "ND"}), 1.0)])[0]
@@ -428,7 +428,7 @@ def test_query_reads_the_environment(tmp_path, monkeypatch):
 
 def test_query_warns_about_a_missing_tune_bank_path(tmp_path, monkeypatch):
     clear_cache()
-    e = next(BuiltinBank(SOC).entries())
+    e = next(BuiltinBank(SOC).entries("MatMulV2"))
     monkeypatch.setenv("TUNE_BANK_PATH", str(tmp_path / "typo"))
     with pytest.warns(UserWarning, match="TUNE_BANK_PATH"):
         assert query(SOC, e.op, e.info_dict) == e.knowledge  # the built-in bank still answers
@@ -448,7 +448,7 @@ def test_query_cache_never_hides_a_new_entry(tmp_path):
 
 def test_query_with_unreadable_custom_bank_falls_back_with_a_warning(tmp_path):
     clear_cache()
-    e = next(BuiltinBank(SOC).entries())
+    e = next(BuiltinBank(SOC).entries("MatMulV2"))
     bank = OpBank(tmp_path, SOC)
     bank.dir.mkdir(parents=True)
     os.symlink("/etc/hostname", bank.path_for(e.op))

@@ -35,7 +35,9 @@ from aoe.soc import load_soc
 from aoe.tuning import INCOMPLETE, SUCCESS, Events, Outcome, improvement
 
 SOC = "Ascend910A"
-REPEAT = SgatConfig(repeat_tune=True)
+# these tests are about the custom bank: the built-in one (tests/test_bank_builtin.py) stays out
+OWN = SgatConfig(builtin=False)
+REPEAT = SgatConfig(repeat_tune=True, builtin=False)
 MODELS = {
     "bert_base": ("zoo:bert_base", "input_ids:32,128;attention_mask:32,128"),
     "resnet50": ("zoo:resnet50", "input:32,3,224,224"),
@@ -377,7 +379,7 @@ def test_ascend910_93_is_refused() -> None:
 def test_bank_outcomes_follow_the_decision_rule(tmp_path) -> None:
     g = _graph("resnet50")
     seen = []
-    first = tune_graph(g, SOC, bank_dir=tmp_path, events=Recorder(seen))
+    first = tune_graph(g, SOC, bank_dir=tmp_path, events=Recorder(seen), config=OWN)
     c = first.counters
     assert c.consistent() and c.repo_add_num > 0 and c.repo_hit_num == 0
     assert c.repo_add_num + c.repo_unsatisfied_num == c.total_num == len(first.records) == len(seen)
@@ -387,13 +389,13 @@ def test_bank_outcomes_follow_the_decision_rule(tmp_path) -> None:
     unsat = [r for r in first.records if r.outcome is Outcome.UNSATISFIED]
     assert all(r.after_us == r.before_us == r.baseline_us for r in unsat)
     # the bank applied by `aoe verify` gives exactly the tuned model time, against the default fusion
-    times = apply_bank(g, SOC, tmp_path)
+    times = apply_bank(g, SOC, tmp_path, builtin=False)
     assert times.default_ms == pytest.approx(first.model_baseline_ms)
     assert times.tuned_ms == pytest.approx(first.model_result_ms)
     assert times.unfused_ms == pytest.approx(first.model_unfused_ms) and times.unfused_ms > times.default_ms
 
     # REPEAT_TUNE=False: banked cases are hits kept as they are (reserved), nothing re-tuned
-    second = tune_graph(g, SOC, bank_dir=tmp_path)
+    second = tune_graph(g, SOC, bank_dir=tmp_path, config=OWN)
     assert second.counters.repo_reserved_num == c.repo_add_num == second.counters.repo_hit_num
     assert second.counters.repo_unsatisfied_num == c.repo_unsatisfied_num
     assert all(r.method == "" for r in second.records if r.outcome is Outcome.RESERVED)
@@ -415,7 +417,7 @@ def test_worse_banked_plan_is_updated_only_with_repeat_tune(tmp_path) -> None:
         base = unfused_plan(rd)
         bank.save([make_subgraph_pending(case.key, plan_knowledge(rd, base, [op.type for op in case.subs[0].kernels]),
                  rd.unfused_us(), case.default_us)])[0]
-    kept = tune_graph(g, SOC, bank_dir=tmp_path)
+    kept = tune_graph(g, SOC, bank_dir=tmp_path, config=OWN)
     assert kept.counters.repo_reserved_num == kept.counters.total_num == len(prep.cases)
     # the banked plans are what the compiler uses: here every tunable subgraph runs unfused
     assert kept.model_result_us == pytest.approx(kept.model_unfused_us)
@@ -467,10 +469,10 @@ def test_events_see_every_case_in_order() -> None:
 
 def test_should_stop_leaves_incomplete_and_done_resumes_to_the_same_section(tmp_path) -> None:
     g = _graph("bert_base")
-    full = tune_graph(g, SOC, bank_dir=tmp_path / "full")
+    full = tune_graph(g, SOC, bank_dir=tmp_path / "full", config=OWN)
     assert full.status == SUCCESS and full.n_cases > 3
     ev = Recorder(stop_after=3)
-    cut = tune_graph(g, SOC, bank_dir=tmp_path / "cut", events=ev)
+    cut = tune_graph(g, SOC, bank_dir=tmp_path / "cut", events=ev, config=OWN)
     assert cut.status == INCOMPLETE and not cut.complete
     assert len(cut.records) == len(ev.records) == 3
     sec = cut.to_result_section()
@@ -486,7 +488,7 @@ def test_should_stop_leaves_incomplete_and_done_resumes_to_the_same_section(tmp_
         assert back == r
         done[back.key] = back
     ev2 = Recorder()
-    resumed = tune_graph(g, SOC, bank_dir=tmp_path / "cut", events=ev2, done=done)
+    resumed = tune_graph(g, SOC, bank_dir=tmp_path / "cut", events=ev2, done=done, config=OWN)
     assert resumed.status == SUCCESS and ev2.started == [full.n_cases]
     assert all(resumed.records[i] is done[r.key] for i, r in enumerate(cut.records))   # kept, not tuned again
     assert resumed.to_result_section() == full.to_result_section()
@@ -511,9 +513,9 @@ def test_unusable_banked_plan_runs_the_default_fusion_and_is_replaced_with_repea
     bank = SubgraphBank(tmp_path)
     case = max(prep.cases, key=lambda c: c.rd.unfused_us())
     bank.save([make_subgraph_pending(case.key, {"plan": [7, 7, 7], "edges": []}, None)])[0]      # damaged knowledge, unknown perf
-    times = apply_bank(g, SOC, tmp_path)
+    times = apply_bank(g, SOC, tmp_path, builtin=False)
     assert times.tuned_ms == pytest.approx(times.default_ms)
-    kept = tune_graph(g, SOC, bank_dir=tmp_path)
+    kept = tune_graph(g, SOC, bank_dir=tmp_path, config=OWN)
     rec = next(r for r in kept.records if r.repo_key == case.key)
     assert rec.outcome is Outcome.RESERVED and rec.after_us == pytest.approx(case.default_us)
     upd = tune_graph(g, SOC, bank_dir=tmp_path, config=REPEAT)
@@ -524,7 +526,7 @@ def test_unusable_banked_plan_runs_the_default_fusion_and_is_replaced_with_repea
 
 def test_empty_bank_changes_nothing(tmp_path) -> None:
     g = _graph("gpt2")
-    times = apply_bank(g, SOC, tmp_path)
+    times = apply_bank(g, SOC, tmp_path, builtin=False)
     assert times.tuned_ms == pytest.approx(times.default_ms, rel=1e-12) and times.default_ms > 0
     assert not (tmp_path / "subgraph.json").exists()
 

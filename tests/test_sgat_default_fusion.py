@@ -17,7 +17,7 @@ from aoe.bank.subgraph import SubgraphBank
 from aoe.graph.ir import Graph, Op, Tensor
 from aoe.job.progress import sgat_summary
 from aoe.job.verification import VerifyReport, verify_graph
-from aoe.sgat import SGAT_SECTION_SCHEMA, apply_bank, prepare, tune_graph
+from aoe.sgat import SGAT_SECTION_SCHEMA, SgatConfig, apply_bank, prepare, tune_graph
 from aoe.sgat.default_fusion import default_groups, default_plan
 from aoe.sgat.evaluator import BARRIER, EMAIN, N_EDGEF, N_OPF, evaluate, unfused_plan
 from aoe.sgat.model import RegionData, soc_params
@@ -366,7 +366,7 @@ def test_default_best_is_unsatisfied_and_nothing_is_written(tmp_path) -> None:
     # Conv2D+BNTrainingReduce, BNTrainingUpdate+Relu+Conv2D+BNTrainingReduce at batch 32: on
     # Ascend910A the compiler's own fusion is already the best plan the tuner can find
     g = _bn_relu_conv_graph(32, 64, 28)
-    rep = tune_graph(g, A, bank_dir=tmp_path)
+    rep = tune_graph(g, A, bank_dir=tmp_path, config=SgatConfig(builtin=False))
     assert [r.outcome for r in rep.records] == [Outcome.UNSATISFIED]
     assert rep.records[0].after_us == rep.records[0].before_us == rep.records[0].baseline_us
     assert list(SubgraphBank(tmp_path).entries()) == []
@@ -376,7 +376,7 @@ def test_default_best_is_unsatisfied_and_nothing_is_written(tmp_path) -> None:
 
 def test_the_bank_and_verify_use_the_default_fusion(tmp_path) -> None:
     g = aoe.graph.load("zoo:resnet50", training=True)
-    rep = tune_graph(g, A, bank_dir=tmp_path)
+    rep = tune_graph(g, A, bank_dir=tmp_path, config=SgatConfig(builtin=False))  # the custom bank alone
     added = [r for r in rep.records if r.outcome is Outcome.ADD]
     assert added
     stored = {e.repo_key: e for e in SubgraphBank(tmp_path).entries()}
@@ -386,13 +386,13 @@ def test_the_bank_and_verify_use_the_default_fusion(tmp_path) -> None:
         assert stored[r.repo_key].default_perf_us == pytest.approx(r.baseline_us)
         assert stored[r.repo_key].record()["aoe"]["default_perf_us"] == pytest.approx(r.baseline_us)
         assert r.after_us < r.baseline_us
-    times = apply_bank(g, A, tmp_path)
+    times = apply_bank(g, A, tmp_path, builtin=False)
     assert times.default_ms == pytest.approx(rep.model_baseline_ms)
     assert times.tuned_ms == pytest.approx(rep.model_result_ms)
     assert times.unfused_ms == pytest.approx(rep.model_unfused_ms)
     assert times.unfused_ms > times.default_ms
     # `aoe verify -j 1` compares against the default fusion, with unfused beside it, labelled
-    ver = verify_graph(g, A, mode=1, subgraph_bank_dir=tmp_path)
+    ver = verify_graph(g, A, mode=1, subgraph_bank_dir=tmp_path, builtin=False)
     assert ver.sgat_baseline_ms == pytest.approx(times.default_ms) and ver.sgat_unfused_ms == times.unfused_ms
     d = ver.to_dict()
     assert d["model_default_ms"] == times.default_ms and d["model_unfused_ms"] == times.unfused_ms
@@ -406,7 +406,7 @@ def test_the_bank_and_verify_use_the_default_fusion(tmp_path) -> None:
 
 def test_empty_bank_verifies_at_the_default_fusion(tmp_path) -> None:
     g = aoe.graph.load("zoo:gpt2")
-    times = apply_bank(g, A, tmp_path)
+    times = apply_bank(g, A, tmp_path, builtin=False)  # the shipped plans would apply otherwise
     assert times.tuned_ms == times.default_ms < times.unfused_ms
     rep = VerifyReport("gpt2", A, 1, sgat_baseline_ms=times.default_ms, sgat_tuned_ms=times.tuned_ms,
                        sgat_unfused_ms=times.unfused_ms)

@@ -138,7 +138,7 @@ def verify_graph(graph: Any, soc: Any, *, mode: int = 2, op_bank_dir: str | os.P
 
         if subgraph_bank_dir is None:
             raise AoeError("subgraph verification needs a subgraph bank directory")
-        times = sgat.apply_bank(graph, soc, Path(subgraph_bank_dir))
+        times = sgat.apply_bank(graph, soc, Path(subgraph_bank_dir), builtin=builtin)
         rep.sgat_baseline_ms, rep.sgat_tuned_ms, rep.sgat_unfused_ms = times
         return rep
     rep.ops, rep.skipped = op_times(graph, soc, op_bank_dir, builtin=builtin, cache_mode=cache_mode)

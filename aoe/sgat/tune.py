@@ -4,12 +4,14 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Mapping, NamedTuple
+from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 
 from ..bank.decision import decide, should_tune
-from ..bank.subgraph import SubgraphBank, make_subgraph_pending
+from ..bank.paths import check_name
+from ..bank.store import BUILTIN_ROOT
+from ..bank.subgraph import SUBGRAPH_FILE, SubgraphBank, make_subgraph_pending
 from ..errors import AoeError
 from ..graph.ir import Graph, Op
 from ..ops import Unsupported, describe
@@ -129,6 +131,16 @@ class SgatConfig:
 
     repeat_tune: bool = False       # tune subgraphs found in the bank again
     method: str = "auto"            # search: auto / dp / exhaustive / beam
+    builtin: bool = True            # consult the built-in subgraph bank after the custom one
+
+
+def builtin_subgraph_bank(soc: Soc) -> SubgraphBank | None:
+    """The read-only subgraph bank shipped for `soc` (aoe/bank/builtin/<soc>/subgraph.json), if any."""
+    try:
+        root = BUILTIN_ROOT / check_name(soc.name, "SoC version")  # a name, never a path
+    except AoeError:
+        return None  # a what-if SoC under a name no file could carry: nothing is shipped for it
+    return SubgraphBank(root) if (root / SUBGRAPH_FILE).is_file() else None
 
 
 def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | None = None,
@@ -136,7 +148,10 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
                done: Mapping[str, SubgraphRecord] | None = None) -> SgatReport:
     """Subgraph-tune `graph` on `soc`; with `bank_dir`, read and write its subgraph bank.
 
-    Without `bank_dir` nothing is read or written (every case counts as not in a bank). Identical
+    Lookup: the custom bank in `bank_dir` first, then (`config.builtin`) the built-in subgraph bank;
+    a built-in hit is kept (reserved) unless REPEAT_TUNE, and every write goes to the custom bank.
+    Without `bank_dir` nothing is read or written, built-in bank included (every case counts as not
+    in a bank). Identical
     subgraphs (same repo_key) are tuned once. `only` (operator names, e.g. a tune_ops selection)
     limits tuning to subgraphs holding one of them; the others keep their baseline and are not
     counted. `events` and `done` follow the tuner contract of `aoe.tuning`: the report is live
@@ -151,6 +166,7 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
     start = time.perf_counter()
     prep = prepare(graph, soc)
     bank = SubgraphBank(bank_dir) if bank_dir is not None else None
+    builtin = builtin_subgraph_bank(soc) if bank is not None and cfg.builtin else None
     cases = prep.cases if only is None else [c for c in prep.cases if _selected(c, only)]
     report = SgatReport(soc=soc.name, model_baseline_us=prep.baseline_us, model_result_us=prep.baseline_us,
                         model_unfused_us=prep.unfused_us, n_subgraphs=len(prep.subgraphs), n_cases=len(cases),
@@ -161,7 +177,7 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
             break
         rec = done.get(case.key)
         if rec is None:
-            rec = _tune_case(case, bank, cfg)
+            rec = _tune_case(case, bank, builtin, cfg)
         report.records.append(rec)
         report.model_result_us += (rec.after_us - case.default_us) * len(case.subs)
         report.tuning_time_s = time.perf_counter() - start
@@ -172,11 +188,13 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
     return report
 
 
-def _tune_case(case: Case, bank: SubgraphBank | None, cfg: SgatConfig) -> SubgraphRecord:
-    """Look one distinct subgraph up, tune it if the rule says so, write the bank, return its record."""
+def _tune_case(case: Case, bank: SubgraphBank | None, builtin: SubgraphBank | None,
+               cfg: SgatConfig) -> SubgraphRecord:
+    """Look one distinct subgraph up (custom, then built-in), tune it if the rule says so, write the
+    custom bank, return its record."""
     rd = case.rd
     base, base_t = case.default_plan, case.default_us
-    entry = bank.lookup(case.key) if bank is not None else None
+    entry = _lookup(case.key, bank, builtin)
     in_bank = entry is not None
     in_use_plan, in_use_t = base, base_t
     if entry is not None:
@@ -209,6 +227,14 @@ def _tune_case(case: Case, bank: SubgraphBank | None, cfg: SgatConfig) -> Subgra
         evaluated=evaluated)
 
 
+def _lookup(key: str, bank: SubgraphBank | None, builtin: SubgraphBank | None) -> Any:
+    """The stored strategy in use for one subgraph: the custom bank's, else the built-in one's."""
+    for b in (bank, builtin):
+        if b is not None and (e := b.lookup(key)) is not None:
+            return e
+    return None
+
+
 def _selected(case: Case, only: set[str]) -> bool:
     """True if a subgraph holds one of the operators in `only`."""
     return any(op.name in only for sub in case.subs for op in sub.kernels)
@@ -222,21 +248,24 @@ class BankTimes(NamedTuple):
     unfused_ms: float
 
 
-def apply_bank(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str]) -> BankTimes:
+def apply_bank(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str], *,
+               builtin: bool = True) -> BankTimes:
     """Times of `graph` with the compiler's default fusion and with the subgraph bank's plans applied.
 
-    A subgraph without a usable bank entry runs with the default-fusion plan, as the compiler would
-    compile it. The fully unfused time is returned beside them (labelled). The bank is only read.
+    Plans come from the custom bank, then (`builtin`) the built-in one. A subgraph without a usable
+    bank entry runs with the default-fusion plan, as the compiler would compile it. The fully
+    unfused time is returned beside them (labelled). The banks are only read.
     """
     soc = load_soc(soc)
     check_soc(soc)
     prep = prepare(graph, soc)
     bank = SubgraphBank(bank_dir)
+    shipped = builtin_subgraph_bank(soc) if builtin else None
     total = prep.fixed_us
     for case in prep.cases:
         rd = case.rd
         t = case.default_us
-        entry = bank.lookup(case.key)
+        entry = _lookup(case.key, bank, shipped)
         if entry is not None:
             plan = plan_from_knowledge(rd, entry.knowledge)
             if plan is not None:
