@@ -52,6 +52,9 @@ def _small_dims_template() -> np.ndarray:
     steps = [1, 2, 4, 8, 16]
     rows = [r for r in itertools.product(steps, steps, [1, 2], [1, 2], [0, 1], [0, 1], [0, 1])
             if r[0] % r[1] == 0 or r[1] % r[0] == 0]
+    # K steps that depend on the outer row (equal for A and B): 0 = the whole K panel, -1 = CANN's
+    # 256-element chunks; only kept where they are not already one of the powers of two above
+    rows += [(s, s, *r) for s in (0, -1) for r in itertools.product([1, 2], [1, 2], [0, 1], [0, 1], [0, 1])]
     return np.array(rows, dtype=np.int64)
 
 
@@ -341,11 +344,16 @@ def _mm_expand(soc: Soc, op: MatMul, outer: np.ndarray, count_only: bool = False
     m_iter = _cdiv(np.minimum(s_m, op.m), outer[:, _F["baseM"]])[:, None]
     n_iter = _cdiv(np.minimum(s_n, op.n), outer[:, _F["baseN"]])[:, None]
     k_iter = _cdiv(np.minimum(s_k, op.k), outer[:, _F["baseK"]])[:, None]
-    da = t[None, :, 2] * t[None, :, 0] * (1 + t[None, :, 5])
-    db = t[None, :, 3] * t[None, :, 1] * (1 + t[None, :, 6])
+    chunk = np.maximum(1, np.minimum(k_iter, np.maximum(1, 256 // bk)))
+    ska = np.where(t[None, :, 0] == 0, k_iter, np.where(t[None, :, 0] == -1, chunk, t[None, :, 0]))
+    skb = np.where(t[None, :, 1] == 0, k_iter, np.where(t[None, :, 1] == -1, chunk, t[None, :, 1]))
+    pow2 = (ska & (ska - 1)) == 0
+    fresh = (t[None, :, 0] > 0) | ((~pow2 | (ska > 16)) & ((t[None, :, 0] == 0) | (ska != k_iter)))
+    da = t[None, :, 2] * ska * (1 + t[None, :, 5])
+    db = t[None, :, 3] * skb * (1 + t[None, :, 6])
     l1 = (da * bm + db * bn) * bk * ea + (t[None, :, 3] * bn * 4 if op.bias else 0)
-    ok = ((t[None, :, 0] <= k_iter) & (t[None, :, 1] <= k_iter) & (t[None, :, 2] <= m_iter)
-          & (t[None, :, 3] <= n_iter) & (l1 <= soc.l1))
+    ok = ((ska <= k_iter) & (skb <= k_iter) & (t[None, :, 2] <= m_iter)
+          & (t[None, :, 3] <= n_iter) & (l1 <= soc.l1) & fresh)
     if count_only:
         per = ok.sum(axis=1)
         if (op.m * op.k + op.k * op.n) * ea > 0.5 * soc.l2:
@@ -357,7 +365,7 @@ def _mm_expand(soc: Soc, op: MatMul, outer: np.ndarray, count_only: bool = False
         return np.int64(per.sum())
     oi, ti = np.nonzero(ok)
     base = outer[oi]
-    base[:, _F["stepKa"]], base[:, _F["stepKb"]] = t[ti, 0], t[ti, 1]
+    base[:, _F["stepKa"]], base[:, _F["stepKb"]] = ska[oi, ti], skb[oi, ti]
     base[:, _F["stepM"]], base[:, _F["stepN"]] = t[ti, 2], t[ti, 3]
     base[:, _F["iterateOrder"]] = t[ti, 4]
     base[:, _F["depthA1"]] = np.broadcast_to(da, (n_o, n_t))[oi, ti]
