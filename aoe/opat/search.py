@@ -139,8 +139,7 @@ class _Tracker:
 def exhaustive(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget | None = None) -> SearchResult:
     """Price every strategy of the space (stops early only if the budget runs out)."""
     tr = _Tracker(op, measure, budget or Budget(evaluations=None))
-    _seed(tr, space)
-    for chunk in space.chunks():
+    for chunk in space.chunks():  # the seeds come first
         if not tr.left():
             break
         tr.run(chunk)

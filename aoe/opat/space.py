@@ -104,7 +104,7 @@ class FactoredSpace:
         if self.upper_size is not None:
             return self.upper_size <= limit
         if self.count is not None:
-            self.upper_size = int(self.count(self.outer))
+            self.upper_size = int(self.count(self.outer)) + (len(self.seeds) if self.seeds is not None else 0)
             return self.upper_size <= limit
         total = 0
         for chunk in self.chunks(256):
@@ -114,7 +114,9 @@ class FactoredSpace:
         return True
 
     def chunks(self, chunk_outer: int = 64) -> Iterator[np.ndarray]:
-        """The whole space, in chunks (brute force)."""
+        """The whole space, in chunks (brute force): the seeds (CANN's default) first, as members."""
+        if self.seeds is not None and len(self.seeds):
+            yield self.seeds
         for i in range(0, len(self.outer), chunk_outer):
             yield self.expand(self.outer[i:i + chunk_outer])
 
