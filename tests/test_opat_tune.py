@@ -199,3 +199,27 @@ def test_a_stage_winner_that_is_replaced_leaves_no_trace():
     assert res.kinds["Format"].helped and res.impl == "b_resident_l1"      # the stages as they ran
     assert "formats" not in res.knowledge and list(res.steps) == ["Impl"]    # what is stored and reported
     assert res.steps["Impl"].before_us == res.before_us and res.steps["Impl"].after_us == res.after_us
+
+
+@pytest.mark.parametrize("soc", ["Ascend910A", "Ascend310P3"])
+def test_a_vector_op_between_large_matmuls_never_prices_below_zero(soc, tmp_path):
+    """Its Format choice may remove TransData, but the matmuls' own NZ speed-up is not its time to claim."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    import aoe.graph
+
+    m, k, n = 4096, 4096, 11008                       # a Llama-7B SwiGLU at 4096 tokens
+    w = {name: helper.make_tensor(name, TensorProto.FLOAT, shape, np.zeros(shape[0] * shape[1], np.float32))
+         for name, shape in (("w1", [k, n]), ("w3", [k, n]), ("w2", [n, k]))}
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["a"], name="up"),
+             helper.make_node("MatMul", ["x", "w3"], ["b"], name="gate"),
+             helper.make_node("Mul", ["a", "b"], ["c"], name="mul"),
+             helper.make_node("MatMul", ["c", "w2"], ["y"], name="down")]
+    graph = helper.make_graph(nodes, "swiglu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, k])], list(w.values()))
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "swiglu.onnx")
+    g = aoe.graph.load(tmp_path / "swiglu.onnx")
+    mul = next(op for op in g.ops if op.type == "Mul")
+    r = tune_case(describe(g, mul), soc, budget=Budget(evaluations=2000))
+    assert 0 < r.after_us <= r.before_us

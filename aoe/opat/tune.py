@@ -161,9 +161,9 @@ def _price_default(soc: Soc, variant: Variant, measure: Measure) -> tuple[float,
 def conversion_us(soc: Soc, variant: Variant, cache: dict[Any, float]) -> float:
     """What a variant costs around its kernel: its TransData, and the Cube side of its Cube edges.
 
-    A Cube edge (a tensor shared with matmuls, `aoe.ops.CubeEdge`) adds the neighbours' time with
-    that side in FRACTAL_NZ minus their time as their own cases price it, whenever the Cube side is
-    NZ: always when the variant puts the tensor in NZ, and on a coupled SoC (no FixPipe NZ->ND, no
+    A Cube edge (a tensor shared with matmuls, `aoe.ops.CubeEdge`) adds what the neighbours lose with
+    that side in FRACTAL_NZ against their time as their own cases price it (never less than 0), whenever
+    the Cube side is NZ: always when the variant puts the tensor in NZ, and on a coupled SoC (no FixPipe NZ->ND, no
     ND2NZ loads) also in ND, where the compiler inserts the edge's TransData as well.
     """
     def t(op: SimOp) -> float:
@@ -175,7 +175,10 @@ def conversion_us(soc: Soc, variant: Variant, cache: dict[Any, float]) -> float:
     for e in variant.cube_edges:
         if e.layout == "ND" and not soc.coupled:
             continue  # the Cube kernel converts on the fly
-        total += sum(t(nz) - t(nd) for nd, nz in zip(e.cube_nd, e.cube_nz))
+        # the neighbours are charged when NZ slows them, never credited when it speeds them up: that
+        # gain is theirs, and crediting it here drove a case's time below zero (a SwiGLU Mul between
+        # Llama's large matmuls)
+        total += max(0.0, sum(t(nz) - t(nd) for nd, nz in zip(e.cube_nd, e.cube_nz)))
         if e.layout == "ND":
             total += t(e.transdata)
     return total
