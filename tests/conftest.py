@@ -18,7 +18,7 @@ from aoe.graph.singleop import single_ops_graph  # noqa: F401 - re-exported for 
 # (or another test) cannot change what a test sees.
 JOB_ENV = ("AOE_MODE", "ASCEND_DEVICE_ID", "TUNE_BANK_PATH", "ASCEND_CACHE_PATH", "ASCEND_WORK_PATH",
            "TE_PARALLEL_COMPILER", "REPEAT_TUNE", "AOE_CONFIG", "AOE_DEVICE_COUNT", "AOE_SEARCH_BUDGET",
-           "AOE_LOCK_DIR", "AOE_STOP_GRACE")
+           "AOE_LOCK_DIR", "AOE_STOP_GRACE", "AOE_BUILTIN_BANK")
 SEARCH_BUDGET = "2000"     # small enough for a test, large enough that tuning finds improvements
 
 
@@ -29,8 +29,9 @@ def isolated_environ(tmp_path: Path) -> dict[str, str]:
     bank = tmp_path / "bank"
     bank.mkdir(exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in JOB_ENV}
+    # the shipped built-in banks hold the test models' cases too: a job test tunes afresh unless it asks
     env.update(TUNE_BANK_PATH=str(bank), AOE_LOCK_DIR=str(tmp_path / "locks"), AOE_SEARCH_BUDGET=SEARCH_BUDGET,
-               HOME=str(tmp_path))
+               HOME=str(tmp_path), AOE_BUILTIN_BANK="off")
     return env
 
 
@@ -40,7 +41,7 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     clean = isolated_environ(tmp_path)
     for k in JOB_ENV:
         monkeypatch.delenv(k, raising=False)
-    for k in ("TUNE_BANK_PATH", "AOE_LOCK_DIR", "AOE_SEARCH_BUDGET", "HOME"):
+    for k in ("TUNE_BANK_PATH", "AOE_LOCK_DIR", "AOE_SEARCH_BUDGET", "HOME", "AOE_BUILTIN_BANK"):
         monkeypatch.setenv(k, clean[k])
     monkeypatch.chdir(tmp_path)
     return tmp_path

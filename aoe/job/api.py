@@ -41,6 +41,7 @@ class TuneOptions:
     implmode: str | None = None            # op_select_implmode: high_performance (default) | high_precision
     workers: int | None = None             # TUNING_PARALLEL_NUM: worker processes (results identical to serial)
     budget: int | None = None              # strategy evaluations per operator case (AOE_SEARCH_BUDGET)
+    builtin: bool | None = None            # consult the shipped built-in banks (AOE_BUILTIN_BANK, default on)
     device: int | None = None              # ASCEND_DEVICE_ID: the simulated device locked for the job
     reload: bool = False                   # continue the latest interrupted job of the same model
     output: PathLike | None = None         # also write the tuned model description here
@@ -124,7 +125,7 @@ def tune_models(models: Sequence[Any], mode: str | int = "op", soc: str = DEFAUL
     settings = settings_from_env(env if env is not None else os.environ, soc=soc, mode=m, device=opt.device,
                                  work_path=work_path, bank=bank, repeat_tune=opt.repeat_tune,
                                  implmode=opt.implmode,
-                                 tuning_parallel=opt.workers, budget=opt.budget, progress=opt.progress,
+                                 tuning_parallel=opt.workers, budget=opt.budget, builtin=opt.builtin, progress=opt.progress,
                                  reload=opt.reload, lock=opt.lock, lock_dir=opt.lock_dir)
     if not opt.verbose:
         settings.notes.clear()

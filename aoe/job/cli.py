@@ -108,6 +108,8 @@ def job_parser() -> argparse.ArgumentParser:
                         "matplotlib, is installed)")
     p.add_argument("--summary_top", type=int, default=10, metavar="N",
                    help="operators shown in the final summary (default 10)")
+    p.add_argument("--no_builtin", action="store_true",
+                   help="consult only the custom bank, not the shipped built-in banks (also AOE_BUILTIN_BANK=off)")
     p.add_argument("--search_budget", type=int, default=None, help=argparse.SUPPRESS)
     return p
 
@@ -139,6 +141,7 @@ def main(argv: list[str]) -> int:
     tune_ops = cfg.load_tune_ops(args.tune_ops_file) if args.tune_ops_file else None
     settings = settings_from_env(env, soc=args.soc_version, mode=mode, device=args.device,
                                  work_path=args.work_path, config=args.config, budget=args.search_budget,
+                                 builtin=False if args.no_builtin else None,
                                  progress=args.progress_bar == "on", reload=args.reload,
                                  implmode=args.op_select_implmode)
     if tune_ops is None and settings.tune_ops_file:

@@ -13,6 +13,7 @@ that into `aoe: error: ...` and exit code 2.
 | `ASCEND_WORK_PATH` | result files | `--work_path` > `ASCEND_WORK_PATH` > `work_path` in aoe.ini > cwd |
 | `TUNE_BANK_PATH`, `ASCEND_CACHE_PATH` | bank locations | `aoe.bank.resolve_*_bank_dir` |
 | `AOE_SEARCH_BUDGET` | positive integer | strategy evaluations per operator case (default 100000); for tests |
+| `AOE_BUILTIN_BANK` | on / off, default on | off: consult only the custom bank (tune every case afresh) |
 | `AOE_LOCK_DIR` | directory | device locks (default `$TMPDIR/aoe-devices`) |
 | `AOE_CONFIG` | file | the `aoe.ini` to read when `--config` is not given |
 
@@ -128,6 +129,16 @@ def search_budget(env: Mapping[str, str]) -> int | None:
         return None
     return _int_in("AOE_SEARCH_BUDGET", value, 1, 10**12,
                    "set it to a positive integer (strategy evaluations per operator case)")
+
+
+def builtin_bank(env: Mapping[str, str]) -> bool:
+    """AOE_BUILTIN_BANK: on (default) consults the shipped built-in banks after the custom bank, off does not."""
+    value = env.get("AOE_BUILTIN_BANK", "").strip().lower()
+    if value in ("", "on", "1", "true"):
+        return True
+    if value in ("off", "0", "false"):
+        return False
+    raise AoeError(f"AOE_BUILTIN_BANK={value!r} is not valid; set it to on or off")
 
 
 @dataclass

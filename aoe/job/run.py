@@ -141,13 +141,14 @@ def _tuner(kind: str, settings: JobSettings) -> _Tuner:
     if kind == "opat":
         budget = opat.Budget(evaluations=settings.budget) if settings.budget else None
         conf = opat.OpatConfig(budget=budget, repeat_tune=settings.repeat_tune, workers=settings.workers,
-                               threads=settings.te_parallel, implmode=settings.implmode)
+                               threads=settings.te_parallel, implmode=settings.implmode, builtin=settings.builtin)
         return _Tuner("opat", "case", opat.tune_graph, opat_record, conf, settings.op_bank_dir, True)
     from .. import sgat  # lazily: it compiles (or loads) its Numba kernels
     from ..sgat.report import record_from_state
 
     return _Tuner("sgat", "subgraph", sgat.tune_graph, record_from_state,
-                  sgat.SgatConfig(repeat_tune=settings.repeat_tune), settings.subgraph_bank_dir, False)
+                  sgat.SgatConfig(repeat_tune=settings.repeat_tune, builtin=settings.builtin), settings.subgraph_bank_dir,
+                  False)
 
 
 class _JobEvents(Events):

@@ -67,6 +67,7 @@ class JobSettings:
     tuning_parallel_asked: int = cfg.TUNING_PARALLEL_DEFAULT
     workers: int = 1                            # worker processes used
     repeat_tune: bool = False
+    builtin: bool = True                        # consult the built-in banks after the custom bank
     implmode: str = HIGH_PERFORMANCE            # --op_select_implmode: what Impl tuning may choose
     op_bank_dir: Path | None = None
     subgraph_bank_dir: Path | None = None
@@ -154,7 +155,7 @@ def settings_from_env(env: Mapping[str, str] | None = None, *, soc: str = DEFAUL
                       device: int | str | None = None, work_path: str | os.PathLike[str] | None = None,
                       config: str | os.PathLike[str] | None = None, bank: str | os.PathLike[str] | None = None,
                       repeat_tune: bool | None = None, tuning_parallel: int | None = None,
-                      implmode: str | None = None,
+                      implmode: str | None = None, builtin: bool | None = None,
                       te_parallel: int | None = None, budget: int | None = None, progress: bool = True,
                       reload: bool = False, lock: bool = True, lock_dir: str | os.PathLike[str] | None = None,
                       cwd: str | os.PathLike[str] | None = None,
@@ -217,6 +218,7 @@ def settings_from_env(env: Mapping[str, str] | None = None, *, soc: str = DEFAUL
         raise AoeError(f"the search budget must be a positive integer, got {budget!r}")
     s = JobSettings(work_path=wp, device=dev, n_devices=n, te_parallel_asked=te_asked, te_parallel=te,
                     tuning_parallel_asked=tp, workers=workers, repeat_tune=repeat, implmode=mode_name,
+                    builtin=cfg.builtin_bank(env) if builtin is None else bool(builtin),
                     op_bank_dir=op_dir,
                     subgraph_bank_dir=sg_dir, budget=budget, lock=lock,
                     lock_dir=Path(lock_dir) if lock_dir is not None else default_lock_dir(env),

@@ -41,7 +41,8 @@ def outcome(model: str, kw: dict[str, Any]) -> dict[str, Any]:
         bank, work = Path(tmp, "bank"), Path(tmp, "work")
         bank.mkdir()
         kw = dict(kw)
-        options = aoe.TuneOptions(lock=False, **kw.pop("options", {}))
+        # built-in banks off: the stored outcome pins tuning itself, not the shipped bank's content
+        options = aoe.TuneOptions(lock=False, builtin=False, **kw.pop("options", {}))
         r = aoe.tune(model, bank=bank, work_path=work, options=options, env={}, **kw)
         return {"status": r.status, "section": r.section, "bank": bank_records(bank)}
 
