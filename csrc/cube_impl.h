@@ -150,7 +150,8 @@ AOE_INLINE TimeReason cube_eval_inl(const SoC& s, const CubeProblem& p, const Cu
     t.mte1_b = l0b * c.inv_l0b;
     const double n_blocks = double(mIter * nIter * kIter);
     t.cube = double(aM >> 4) * double(aN >> 4) * double(aK >> c.k0_log2) * p.cube_scale + s.mmad_overhead_cycles * n_blocks;
-    const double out_task = double(tM) * double(tN) * out_e;
+    // an NZ output is written in whole fractals, padding included (as the compulsory bytes count it)
+    const double out_task = double(c_nz ? aM : tM) * double(c_nz ? aN : tN) * out_e;
     const double runC = c_nz ? double(std::min(bM, aM)) * 32.0 : double(std::min(bN, tN)) * out_e;
     t.fix = out_task * std::max(c.inv_fix, cpb_h) * (runC + s.dma_overhead_bytes) / runC;
     const double chunks_a = a_mult * double(mT) * double(ceil_div(kIter, sKa));
