@@ -577,7 +577,8 @@ def test_sgat_interrupt_and_reload_restore_the_outcomes(env, monkeypatch):
     monkeypatch.setattr(sgat, "tune_graph", real)
     r2 = aoe.tune("zoo:bert_base", mode="subgraph", soc="Ascend910A", options=aoe.TuneOptions(reload=True))
     assert r2.result_file == r.result_file and r2.status == "tuning successful"
-    ref = real(aoe.graph.load("zoo:bert_base"), "Ascend910A", env / "ref")   # uninterrupted, fresh bank
+    # uninterrupted, fresh bank, no built-in bank (as the job's environment says)
+    ref = real(aoe.graph.load("zoo:bert_base"), "Ascend910A", env / "ref", sgat.SgatConfig(builtin=False))
     assert r2.section == ref.to_result_section()
 
 
