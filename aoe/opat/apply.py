@@ -92,6 +92,20 @@ def price(case: OpCase, soc: Soc, knowledge: Mapping[str, Any] | None, measure: 
     return t + conversion_us(soc, variant, extra_cache if extra_cache is not None else {})
 
 
+def operator_cases(graph: Graph) -> tuple[list[tuple[Any, OpCase]], list[dict[str, str]]]:
+    """Every operator that runs as a kernel with its case, and the ones that cannot be priced (with why)."""
+    out: list[tuple[Any, OpCase]] = []
+    skipped: list[dict[str, str]] = []
+    for op in graph.ops:
+        if getattr(op, "is_view", False) or op.attrs.get("view"):
+            continue  # views are not kernels at run time
+        try:
+            out.append((op, describe(graph, op)))
+        except (Unsupported, AoeError) as exc:
+            skipped.append({"op": op.name, "op_type": op.type, "reason": str(exc)})
+    return out, skipped
+
+
 @dataclass
 class OpTime:
     """One operator priced both ways."""
@@ -134,15 +148,8 @@ def apply_bank(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
         return t
 
     ops: list[OpTime] = []
-    skipped: list[dict[str, str]] = []
-    for op in graph.ops:
-        if getattr(op, "is_view", False) or op.attrs.get("view"):
-            continue
-        try:
-            case = describe(graph, op)
-        except (Unsupported, AoeError) as exc:
-            skipped.append({"op": op.name, "op_type": op.type, "reason": str(exc)})
-            continue
+    priced, skipped = operator_cases(graph)
+    for op, case in priced:
         default = timed(case, None)
         entry = chain.lookup(case.op_type, case.key)
         tuned, source = default, "default"

@@ -23,9 +23,9 @@ from .. import sim
 from ..bank import BankChain, BuiltinBank, OpBank
 from ..errors import AoeError
 from ..graph import Graph
-from ..opat.apply import op_type_label, price, variant_for
+from ..opat.apply import op_type_label, operator_cases, price, variant_for
 from ..opat.search import simulator_measure
-from ..ops import OpCase, Unsupported, Variant, describe
+from ..ops import OpCase, Variant
 from ..soc import Soc, load_soc
 from ..tuning import improvement
 
@@ -238,15 +238,8 @@ def reprice_ops(graph: Graph, soc: Soc, op_bank_dir: str | os.PathLike[str] | No
     cases: list[CaseView] = []
     index: dict[Any, int] = {}
     times: dict[Any, tuple[float, float, str]] = {}
-    skipped: list[dict[str, str]] = []
-    for op in graph.ops:
-        if getattr(op, "is_view", False) or op.attrs.get("view"):
-            continue
-        try:
-            case = describe(graph, op)
-        except (Unsupported, AoeError) as exc:
-            skipped.append({"op": op.name, "op_type": op.type, "reason": str(exc)})
-            continue
+    priced, skipped = operator_cases(graph)
+    for op, case in priced:
         cid = case.case_id
         if cid not in index:
             default_t = price(case, soc, None, measure, extra)
