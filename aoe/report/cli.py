@@ -72,11 +72,17 @@ def _bank_dirs(bank: str | None, soc: str) -> tuple[Path | None, Path | None]:
     return (op if op.is_dir() else None), (sg if sg.is_dir() else None)
 
 
-def report_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="aoe report", description="Write the HTML report of a tuning job's result file.",
-                epilog=REPORT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
-    p.add_argument("result_file", metavar="RESULT_FILE", help="an aoe_result_opat_*.json / aoe_result_sgat_*.json")
+def _command(prog: str, description: str, epilog: str) -> argparse.ArgumentParser:
+    """A subcommand's parser with the model options both commands share."""
+    p = _Parser(prog=prog, description=description, epilog=epilog,
+                formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     _model_options(p)
+    return p
+
+
+def report_parser() -> argparse.ArgumentParser:
+    p = _command("aoe report", "Write the HTML report of a tuning job's result file.", REPORT_EPILOG)
+    p.add_argument("result_file", metavar="RESULT_FILE", help="an aoe_result_opat_*.json / aoe_result_sgat_*.json")
     p.add_argument("--task", metavar="KEY", help="the task (report_<ts>_<pid>) of a file with several (default: last)")
     p.add_argument("-o", "--output", metavar="FILE", help="the HTML file (default: RESULT_FILE with .html)")
     p.add_argument("--top", type=int, default=8, metavar="N", help="operators in the pipe breakdown (default 8)")
@@ -109,10 +115,8 @@ def report_main(argv: list[str]) -> int:
 
 
 def explain_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="aoe explain", description="One operator's default and tuned strategy, pipe by pipe.",
-                epilog=EXPLAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    p = _command("aoe explain", "One operator's default and tuned strategy, pipe by pipe.", EXPLAIN_EPILOG)
     p.add_argument("op", metavar="OP", help="operator name (with -m) or CANN operator type (with --shape)")
-    _model_options(p)
     p.add_argument("--shape", action="append", help="single operator: shape of one input (repeat per input)")
     p.add_argument("--dtype", default="float16", help="single operator: input dtype (default float16)")
     p.add_argument("--attrs", help="single operator: JSON object of attributes (axes, pads, trans_b, ...)")
