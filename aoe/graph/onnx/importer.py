@@ -20,7 +20,7 @@ import numpy as np
 from ...errors import AoeError
 from ..fusion import fuse_gelu, fuse_layernorm
 from ..ir import Graph, Op, Tensor, unique_name
-from ..shapes import check_shape
+from ..shapes import MAX_RANK, check_shape
 from .fold import fold_node
 from .inputs import read_initializers, read_inputs, sorted_nodes
 from .mapping import HANDLERS
@@ -142,6 +142,9 @@ class _Importer:
         tensors = {}
         for n in names:
             shape = self.shape[n]
+            if len(shape) > MAX_RANK:  # the IR's own limit, which its JSON form enforces on the way back
+                raise AoeError(f"tensor {n!r} of the model has rank {len(shape)}, more than the supported "
+                               f"{MAX_RANK}; the model file is corrupt")
             fmt = "NCHW" if self.has_conv and len(shape) == 4 else "ND"
             tensors[n] = Tensor(n, shape, self.ir_dtype(self.dtype[n]), fmt, self.kind[n])
         batch = 1
