@@ -19,32 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-
-def _cpu() -> float:
-    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
-
-
-def _timed(fn: Callable[[], Any]) -> tuple[Any, float, float]:
-    w, c = time.perf_counter(), _cpu()
-    out = fn()
-    return out, round(time.perf_counter() - w, 2), round(_cpu() - c, 2)
-
-
-def _tune(graph_or_model: Any, bank: Path, work: Path, budget: int, **kw: Any) -> dict[str, Any]:
-    import aoe
-    from aoe.job.api import TuneOptions
-
-    r, wall, cpu = _timed(lambda: aoe.tune(graph_or_model, mode="op", bank=bank, work_path=work,
-                                           options=TuneOptions(budget=budget, lock=False), env={}, **kw))
-    return {"wall_s": wall, "cpu_s": cpu, "status": r.status, "repo_summary": r.section["repo_summary"]}
+from _frontend_common import timed, tune  # bench/ is on the path of a script
 
 
 def _models(quick: bool) -> dict[str, tuple[Callable[[], Any], Callable[[], tuple], str, str]]:
@@ -95,19 +75,19 @@ def main() -> None:
             t = Path(tmp)
             for d in ("bank_tf", "bank_onnx", "work"):
                 (t / d).mkdir()
-            g, wall, cpu = _timed(lambda m=model, s=spec, n=name: training_graph(
+            g, wall, cpu = timed(lambda m=model, s=spec, n=name: training_graph(
                 m.train_step, *s(), name=n, optimizer_variables=m.optimizer.variables))
             s = g.summary()
             row["tf"] = {"capture_convert": {"wall_s": wall, "cpu_s": cpu}, "ops": len(g.ops),
                          "gmacs": round(s["total_macs"] / 1e9, 2), "unsupported": len(g.unsupported),
-                         "cold": _tune(g, t / "bank_tf", t / "work", args.budget),
-                         "warm": _tune(g, t / "bank_tf", t / "work", args.budget)}
-            og, wall, cpu = _timed(lambda z=zoo, s=shape: aoe.graph.load(z, s, training=True))
+                         "cold": tune(g, t / "bank_tf", t / "work", args.budget),
+                         "warm": tune(g, t / "bank_tf", t / "work", args.budget)}
+            og, wall, cpu = timed(lambda z=zoo, s=shape: aoe.graph.load(z, s, training=True))
             row["onnx"] = {"import": {"wall_s": wall, "cpu_s": cpu}, "ops": len(og.ops),
                            "gmacs": round(og.summary()["total_macs"] / 1e9, 2),
-                           "cold": _tune(zoo, t / "bank_onnx", t / "work", args.budget, input_shape=shape,
+                           "cold": tune(zoo, t / "bank_onnx", t / "work", args.budget, input_shape=shape,
                                          training=True),
-                           "warm": _tune(zoo, t / "bank_onnx", t / "work", args.budget, input_shape=shape,
+                           "warm": tune(zoo, t / "bank_onnx", t / "work", args.budget, input_shape=shape,
                                          training=True)}
         out["models"][name] = row
     print(json.dumps(out))

@@ -17,35 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))            # the ResNet-50 written out for torchvision-less machines
 
-
-def _cpu() -> float:
-    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
-
-
-def _timed(fn: Callable[[], Any]) -> tuple[Any, float, float]:
-    w, c = time.perf_counter(), _cpu()
-    out = fn()
-    return out, round(time.perf_counter() - w, 2), round(_cpu() - c, 2)
-
-
-def _tune(graph_or_model: Any, bank: Path, work: Path, budget: int, **kw: Any) -> dict[str, Any]:
-    import aoe
-    from aoe.job.api import TuneOptions
-
-    r, wall, cpu = _timed(lambda: aoe.tune(graph_or_model, mode="op", bank=bank, work_path=work,
-                                           options=TuneOptions(budget=budget, lock=False), env={}, **kw))
-    return {"wall_s": wall, "cpu_s": cpu, "status": r.status, "repo_summary": r.section["repo_summary"]}
+from _frontend_common import timed, tune  # noqa: E402 (bench/ is on the path of a script)
 
 
 def _models(quick: bool) -> dict[str, tuple[Callable[[], Any], Callable[[], tuple], str, str]]:
@@ -86,18 +66,18 @@ def main() -> None:
             t = Path(tmp)
             for d in ("bank_torch", "bank_onnx", "work"):
                 (t / d).mkdir()
-            g, wall, cpu = _timed(lambda: aoe.torch.capture_train_step(model, inputs(), name=name))
+            g, wall, cpu = timed(lambda: aoe.torch.capture_train_step(model, inputs(), name=name))
             s = g.summary()
             row["torch"] = {"capture_convert": {"wall_s": wall, "cpu_s": cpu}, "ops": len(g.ops),
                             "gmacs": round(s["total_macs"] / 1e9, 2), "unsupported": len(g.unsupported),
-                            "cold": _tune(g, t / "bank_torch", t / "work", args.budget),
-                            "warm": _tune(g, t / "bank_torch", t / "work", args.budget)}
-            og, wall, cpu = _timed(lambda: aoe.graph.load(zoo, shape, training=True))
+                            "cold": tune(g, t / "bank_torch", t / "work", args.budget),
+                            "warm": tune(g, t / "bank_torch", t / "work", args.budget)}
+            og, wall, cpu = timed(lambda: aoe.graph.load(zoo, shape, training=True))
             row["onnx"] = {"import": {"wall_s": wall, "cpu_s": cpu}, "ops": len(og.ops),
                            "gmacs": round(og.summary()["total_macs"] / 1e9, 2),
-                           "cold": _tune(zoo, t / "bank_onnx", t / "work", args.budget, input_shape=shape,
+                           "cold": tune(zoo, t / "bank_onnx", t / "work", args.budget, input_shape=shape,
                                          training=True),
-                           "warm": _tune(zoo, t / "bank_onnx", t / "work", args.budget, input_shape=shape,
+                           "warm": tune(zoo, t / "bank_onnx", t / "work", args.budget, input_shape=shape,
                                          training=True)}
         out["models"][name] = row
     print(json.dumps(out))

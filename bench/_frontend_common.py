@@ -1,0 +1,32 @@
+"""What the frontend benches share: CPU time of this process and its children, and one timed tuning job."""
+from __future__ import annotations
+
+import resource
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def cpu() -> float:
+    """CPU seconds of this process and of its finished children (the tuning workers)."""
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float, float]:
+    """fn's result, wall seconds and CPU seconds."""
+    w, c = time.perf_counter(), cpu()
+    out = fn()
+    return out, round(time.perf_counter() - w, 2), round(cpu() - c, 2)
+
+
+def tune(graph_or_model: Any, bank: Path, work: Path, budget: int, **kw: Any) -> dict[str, Any]:
+    """One operator-tuning job into `bank`, the shipped built-in bank set aside (cold means tuned)."""
+    import aoe
+    from aoe.job.api import TuneOptions
+
+    r, wall, secs = timed(lambda: aoe.tune(graph_or_model, mode="op", bank=bank, work_path=work,
+                                           options=TuneOptions(budget=budget, lock=False, builtin=False), env={},
+                                           **kw))
+    return {"wall_s": wall, "cpu_s": secs, "status": r.status, "repo_summary": r.section["repo_summary"]}
