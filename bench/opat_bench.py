@@ -39,7 +39,7 @@ def _timed(fn, *args, **kwargs):
 def bench_model(name: str, soc: str, budget: int, workers: int, training: bool) -> dict:
     """Cold and warm OPAT of one zoo model; its gain under the tuned bank."""
     graph, load_s, _ = _timed(aoe.graph.load, f"zoo:{name}", None, training=training)
-    config = OpatConfig(budget=Budget(evaluations=budget), workers=workers)
+    config = OpatConfig(budget=Budget(evaluations=budget), workers=workers, builtin=False)  # cold means tuned
     with tempfile.TemporaryDirectory() as bank:
         cold, cold_s, cold_cpu = _timed(tune_graph, graph, soc, bank, config)
         warm, warm_s, warm_cpu = _timed(tune_graph, graph, soc, bank, config)
