@@ -30,3 +30,14 @@ def tune(graph_or_model: Any, bank: Path, work: Path, budget: int, **kw: Any) ->
                                            options=TuneOptions(budget=budget, lock=False, builtin=False), env={},
                                            **kw))
     return {"wall_s": wall, "cpu_s": secs, "status": r.status, "repo_summary": r.section["repo_summary"]}
+
+
+def onnx_route(zoo: str, shape: str, tmp: Path, budget: int) -> dict[str, Any]:
+    """The same model through the ONNX importer: import time, size, MACs, cold and warm tuning."""
+    import aoe.graph
+
+    og, wall, secs = timed(lambda: aoe.graph.load(zoo, shape, training=True))
+    return {"import": {"wall_s": wall, "cpu_s": secs}, "ops": len(og.ops),
+            "gmacs": round(og.summary()["total_macs"] / 1e9, 2),
+            "cold": tune(zoo, tmp / "bank_onnx", tmp / "work", budget, input_shape=shape, training=True),
+            "warm": tune(zoo, tmp / "bank_onnx", tmp / "work", budget, input_shape=shape, training=True)}

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _frontend_common import timed, tune  # bench/ is on the path of a script
+from _frontend_common import onnx_route, timed, tune  # bench/ is on the path of a script
 
 
 def _models(quick: bool) -> dict[str, tuple[Callable[[], Any], Callable[[], tuple], str, str]]:
@@ -62,7 +62,6 @@ def main() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
-    import aoe.graph
     from aoe.graph.tf import training_graph
 
     out: dict[str, Any] = {"bench": "frontend_tf", "budget": args.budget, "tensorflow": tf.__version__,
@@ -82,13 +81,7 @@ def main() -> None:
                          "gmacs": round(s["total_macs"] / 1e9, 2), "unsupported": len(g.unsupported),
                          "cold": tune(g, t / "bank_tf", t / "work", args.budget),
                          "warm": tune(g, t / "bank_tf", t / "work", args.budget)}
-            og, wall, cpu = timed(lambda z=zoo, s=shape: aoe.graph.load(z, s, training=True))
-            row["onnx"] = {"import": {"wall_s": wall, "cpu_s": cpu}, "ops": len(og.ops),
-                           "gmacs": round(og.summary()["total_macs"] / 1e9, 2),
-                           "cold": tune(zoo, t / "bank_onnx", t / "work", args.budget, input_shape=shape,
-                                         training=True),
-                           "warm": tune(zoo, t / "bank_onnx", t / "work", args.budget, input_shape=shape,
-                                         training=True)}
+            row["onnx"] = onnx_route(zoo, shape, t, args.budget)
         out["models"][name] = row
     print(json.dumps(out))
 

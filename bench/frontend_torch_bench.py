@@ -25,7 +25,7 @@ from typing import Any, Callable
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))            # the ResNet-50 written out for torchvision-less machines
 
-from _frontend_common import timed, tune  # noqa: E402 (bench/ is on the path of a script)
+from _frontend_common import onnx_route, timed, tune  # noqa: E402 (bench/ is on the path of a script)
 
 
 def _models(quick: bool) -> dict[str, tuple[Callable[[], Any], Callable[[], tuple], str, str]]:
@@ -72,13 +72,7 @@ def main() -> None:
                             "gmacs": round(s["total_macs"] / 1e9, 2), "unsupported": len(g.unsupported),
                             "cold": tune(g, t / "bank_torch", t / "work", args.budget),
                             "warm": tune(g, t / "bank_torch", t / "work", args.budget)}
-            og, wall, cpu = timed(lambda: aoe.graph.load(zoo, shape, training=True))
-            row["onnx"] = {"import": {"wall_s": wall, "cpu_s": cpu}, "ops": len(og.ops),
-                           "gmacs": round(og.summary()["total_macs"] / 1e9, 2),
-                           "cold": tune(zoo, t / "bank_onnx", t / "work", args.budget, input_shape=shape,
-                                         training=True),
-                           "warm": tune(zoo, t / "bank_onnx", t / "work", args.budget, input_shape=shape,
-                                         training=True)}
+            row["onnx"] = onnx_route(zoo, shape, t, args.budget)
         out["models"][name] = row
     print(json.dumps(out))
 

@@ -636,19 +636,13 @@ def r_embedding_bw(cv: Converter, node: Any, a: dict) -> Any:
     return Val(out)
 
 
-@rule("index_select")
+@rule("index_select", "gather")
 def r_index_select(cv: Converter, node: Any, a: dict) -> Any:
+    # index_select picks whole slices (Gather); gather picks single elements (GatherElements)
     x, idx = cv.mat(_tensor_arg(a, "self")), cv.mat(_tensor_arg(a, "index"))
     out = cv.out(node)
-    cv.emit(node.name, "Gather", [x, idx], [out], {"axis": _axis(a["dim"], len(cv.shape(x)))})
-    return Val(out)
-
-
-@rule("gather")
-def r_gather(cv: Converter, node: Any, a: dict) -> Any:
-    x, idx = cv.mat(_tensor_arg(a, "self")), cv.mat(_tensor_arg(a, "index"))
-    out = cv.out(node)
-    cv.emit(node.name, "GatherElements", [x, idx], [out], {"axis": _axis(a["dim"], len(cv.shape(x)))})
+    op_type = "Gather" if node.target.__name__.split(".")[0] == "index_select" else "GatherElements"
+    cv.emit(node.name, op_type, [x, idx], [out], {"axis": _axis(a["dim"], len(cv.shape(x)))})
     return Val(out)
 
 

@@ -63,20 +63,7 @@ def convert_op(cv: Converter, op: Any) -> None:
              "CheckNumericsV2", "IdentityN", "ReadVariableOp", "Placeholder", "NoOp", "Assert", "PrintV2",
              "Print", "VarHandleOp", "VarIsInitializedOp"):
         return  # aliases, resolved when read
-    handler = _HANDLERS.get(t)
-    if handler is None:
-        if t in UNARY:
-            handler = h_unary
-        elif t in BINARY:
-            handler = h_binary
-        elif t in GRADS:
-            handler = h_grad
-        elif t in REDUCE:
-            handler = h_reduce
-        elif t in ASSIGN:
-            handler = h_assign
-        elif t in APPLY:
-            handler = h_apply
+    handler = _HANDLERS.get(t) or next((h for family, h in _FAMILIES if t in family), None)
     if handler is None:
         cv.opaque(op, "no CANN mapping for this TensorFlow operator")
         return
@@ -482,6 +469,10 @@ def h_iterator(cv: Converter, op: Any) -> None:
     for t in op.outputs:
         cv.inputs_ir.append(cv._register(t, kind="input"))
 
+
+# families of TF operators that share one handler (looked up after the named handlers)
+_FAMILIES: tuple[tuple[Any, Callable[[Converter, Any], None]], ...] = (
+    (UNARY, h_unary), (BINARY, h_binary), (GRADS, h_grad), (REDUCE, h_reduce), (ASSIGN, h_assign), (APPLY, h_apply))
 
 _HANDLERS: dict[str, Callable[[Converter, Any], None]] = {
     "AddN": h_addn, "Cast": h_cast, "Reshape": h_view, "Squeeze": h_view, "ExpandDims": h_view,
