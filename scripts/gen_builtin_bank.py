@@ -40,9 +40,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+# aoe is imported from the installed package (the source tree has no built aoe._sim); never put the
+# repository on sys.path: a test that loads this file would make later child processes import the
+# unbuilt source tree.
 
 SOCS = ("Ascend310P3", "Ascend910A", "Ascend910B2", "Ascend910B3")
 SGAT_SOCS = ("Ascend310P3", "Ascend910A")      # Atlas A2/A3 (Ascend910B*) have no subgraph tuning

@@ -122,3 +122,35 @@ def test_kill_9_with_two_workers_frees_the_device_within_5_seconds(job_env, tmp_
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@linux
+@two_cpus
+def test_kill_9_under_a_harness_that_reads_the_pipes_before_it_reaps(job_env, tmp_path):
+    """`subprocess.communicate()` after a kill -9 reads to EOF before it reaps the job: the workers (which
+    hold the job's stdout and stderr) must count the unreaped job as gone, or both sides wait forever."""
+    (tmp_path / "aoe.ini").write_text("tuning_parallel_num = 2\n")
+    env = dict(job_env, AOE_SEARCH_BUDGET="100000")
+    proc = subprocess.Popen([sys.executable, "-m", "aoe.cli", "-m", "zoo:resnet50", "-j", "2", "--training"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        workers: set[int] = set()
+        while time.monotonic() < deadline and len(workers) < 3:   # forkserver + 2 workers
+            assert proc.poll() is None, "the job ended before its workers started"
+            workers = _descendants(proc.pid)
+            time.sleep(0.1)
+        assert len(workers) >= 3, workers
+        os.kill(proc.pid, signal.SIGKILL)
+        try:
+            proc.communicate(timeout=30)   # a deadlock, not a speed limit: EOF comes within a second
+        except subprocess.TimeoutExpired:
+            pytest.fail("the job's pipes stay open after kill -9: its workers wait for the unreaped job")
+        assert proc.returncode == -signal.SIGKILL
+    finally:
+        for p in _descendants(proc.pid) | ({proc.pid} if proc.poll() is None else set()):
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait()
