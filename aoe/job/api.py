@@ -28,6 +28,7 @@ from .lock import DeviceLock
 from .result import ResultFile
 from .run import KIND, JobResult, load_graph, run_job
 from .settings import DEFAULT_SOC, JobSpec, settings_from_env
+from .signals import StopFlag
 from .verification import VerifyReport, check_cache_mode, verify_graph
 
 PathLike = str | os.PathLike[str]
@@ -136,6 +137,10 @@ def tune_models(models: Sequence[Any], mode: str | int = "op", soc: str = DEFAUL
     errors: list[Exception] = []
     rf = None
     stack = ExitStack()
+    # one stop flag for the whole batch: a Ctrl-C between two models, while the cluster starts or
+    # while a result file is written stops the batch as cleanly as one during a case
+    stop = StopFlag()
+    stop.install()
     try:
         rf = None if opt.reload else ResultFile(settings.work_path, KIND[m])
         settings.lock = False  # held above for the whole batch
@@ -148,7 +153,8 @@ def tune_models(models: Sequence[Any], mode: str | int = "op", soc: str = DEFAUL
             spec = _spec(model, m, soc, shapes[i], training, ops, framework, name=names[i] if names else None,
                          output=opt.output)
             try:
-                res = run_job(spec, settings, out=_printer(opt.verbose), result_file=rf, graph=graphs.get(i))
+                res = run_job(spec, settings, out=_printer(opt.verbose), result_file=rf, graph=graphs.get(i),
+                              stop=stop)
             except AoeError as exc:
                 if opt.stop_on_error:
                     raise
@@ -158,6 +164,7 @@ def tune_models(models: Sequence[Any], mode: str | int = "op", soc: str = DEFAUL
             if res.signal is not None:
                 break
     finally:
+        stop.restore()
         stack.close()
         if lock_obj is not None:
             lock_obj.release()

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AoeError
+from ..opat.apply import select_ops
 from .settings import JobSpec, _warn
-
 
 # names exporters give every graph: they say nothing about the model, and two models would collide
 GENERIC_GRAPH_NAMES = frozenset({"", "graph", "main_graph", "torch_jit", "torch-jit-export", "tf2onnx", "model",
@@ -141,3 +141,20 @@ def _conv_mismatch(graph: Any, op: Any) -> str | None:
         if y is not None and len(y.shape) == len(x.shape) and y.shape[1] != w.shape[0]:
             return f"output channels {y.shape[1]} do not match the weight's {w.shape[0]} filters"
     return None
+
+
+def selected_ops(spec: JobSpec, graph: Any, tuning_name: str) -> set[str] | None:
+    """The operators a tune_ops selection names (None: no selection, tune all); warns of names not in the graph."""
+    if spec.tune_ops is None:
+        return None
+    only = select_ops(graph, spec.tune_ops.names, spec.tune_ops.types) or set()
+    unknown = sorted(set(spec.tune_ops.names) - {op.name for op in graph.ops})
+    types = {t for op in graph.ops for t in ([op.type] + list(op.attrs.get("fused_ops") or []))}
+    unknown_t = sorted(set(spec.tune_ops.types) - types)
+    if unknown or unknown_t:
+        _warn(f"{spec.tune_ops.source}: not in the graph: "
+              + ", ".join([f"operator {n!r}" for n in unknown[:5]] + [f"type {t!r}" for t in unknown_t[:5]])
+              + (" ..." if len(unknown) > 5 or len(unknown_t) > 5 else ""))
+    if not only:
+        _warn(f"{spec.tune_ops.source} selects no operator of {tuning_name}: nothing will be tuned")
+    return only

@@ -28,16 +28,28 @@ from .. import graph as g
 from .. import opat
 from ..errors import AoeError
 from ..graph.training import derive_training
-from ..ops.coverage import format_counts, skipped_log_path, write_skipped_log
-from ..opat.apply import select_ops
 from ..opat.report import record_from_state as opat_record
+from ..ops.coverage import format_counts, skipped_log_path, write_skipped_log
 from ..soc import Soc, load_soc
 from ..tuning import FAILED, INCOMPLETE, SUCCESS, Events, Report
-from .inputs import model_bytes, check_inputs, output_file_name, task_name
+from .inputs import check_inputs, model_bytes, output_file_name, selected_ops, task_name
 from .lock import DeviceLock
 from .progress import Progress, opat_summary, sgat_summary, skipped_entries
-from .result import ResultFile, atomic_write_json, find_interrupted, read_journal, remove_stale_temps
-from .settings import DEFAULT_SOC, JobSettings, JobSpec, _warn, memory_note, settings_from_env
+from .result import (
+    ResultFile,
+    atomic_write_json,
+    find_interrupted,
+    read_journal,
+    remove_stale_temps,
+)
+from .settings import (
+    DEFAULT_SOC,
+    JobSettings,
+    JobSpec,
+    _warn,
+    memory_note,
+    settings_from_env,
+)
 from .signals import StopFlag
 from .verification import verify_graph
 
@@ -175,10 +187,13 @@ class _JobEvents(Events):
 
 def run_job(spec: JobSpec, settings: JobSettings, *, out: Callable[[str], None] | None = print,
             result_file: ResultFile | None = None, install_signals: bool = True,
-            graph: Any = None, report_html: bool | None = False) -> JobResult:
+            graph: Any = None, report_html: bool | None = False, stop: StopFlag | None = None) -> JobResult:
     """Run one tuning task (see the module docstring). `result_file`: add the task to that file.
 
     `report_html`: also write the HTML report beside the result file (None: when matplotlib is installed).
+    `stop`: a stop flag the caller installed for longer than this task (a batch); the job then leaves
+    the signal handlers alone. Without one the job takes SIGINT/SIGTERM itself (`install_signals`)
+    until its result file is final.
     """
     kind = KIND[spec.mode]
     soc = load_soc(spec.soc)
@@ -192,18 +207,7 @@ def run_job(spec: JobSpec, settings: JobSettings, *, out: Callable[[str], None] 
     if note:
         _warn(note)
     tuning_name = task_name(spec, graph)
-    only = None
-    if spec.tune_ops is not None:
-        only = select_ops(graph, spec.tune_ops.names, spec.tune_ops.types) or set()
-        unknown = sorted(set(spec.tune_ops.names) - {op.name for op in graph.ops})
-        types = {t for op in graph.ops for t in ([op.type] + list(op.attrs.get("fused_ops") or []))}
-        unknown_t = sorted(set(spec.tune_ops.types) - types)
-        if unknown or unknown_t:
-            _warn(f"{spec.tune_ops.source}: not in the graph: "
-                  + ", ".join([f"operator {n!r}" for n in unknown[:5]] + [f"type {t!r}" for t in unknown_t[:5]])
-                  + (" ..." if len(unknown) > 5 or len(unknown_t) > 5 else ""))
-        if not only:
-            _warn(f"{spec.tune_ops.source} selects no operator of {tuning_name}: nothing will be tuned")
+    only = selected_ops(spec, graph, tuning_name)
 
     lock = None
     if settings.lock:
@@ -211,7 +215,7 @@ def run_job(spec: JobSpec, settings: JobSettings, *, out: Callable[[str], None] 
                           notice=lambda m: _warn(m)).acquire()
     try:
         res = _run_locked(spec, settings, soc, graph, _tuner(kind, settings), tuning_name, only, out,
-                          result_file, install_signals)
+                          result_file, install_signals, stop)
     finally:
         if lock is not None:
             lock.release()
@@ -233,7 +237,22 @@ def run_job(spec: JobSpec, settings: JobSettings, *, out: Callable[[str], None] 
 
 def _run_locked(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, tuner: _Tuner, tuning_name: str,
                 only: set[str] | None, out: Callable[[str], None] | None, result_file: ResultFile | None,
-                install_signals: bool) -> JobResult:
+                install_signals: bool, stop: StopFlag | None) -> JobResult:
+    own_stop = stop is None
+    if stop is None:
+        stop = StopFlag()
+        if install_signals:
+            stop.install()
+    try:   # the handlers stay until the result file is final: a signal while it is written sets the flag
+        return _run_stoppable(spec, settings, soc, graph, tuner, tuning_name, only, out, result_file, stop)
+    finally:
+        if own_stop:
+            stop.restore()
+
+
+def _run_stoppable(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, tuner: _Tuner, tuning_name: str,
+                   only: set[str] | None, out: Callable[[str], None] | None, result_file: ResultFile | None,
+                   stop: StopFlag) -> JobResult:
     kind = tuner.kind
     job_id = {"kind": kind, "fingerprint": graph_fingerprint(graph), "soc": soc.name}
     prev_state: dict[str, Any] = {}
@@ -262,9 +281,6 @@ def _run_locked(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, tune
     done = _restore(tuner, prev_state.get("done", []))
     if graph.training:
         _say(out, "in tune mode, training graph handled by tools.")
-    stop = StopFlag()
-    if install_signals:
-        stop.install()
     state_base = {"job": dict(job_id, model=spec.describe(), mode=spec.mode, tuning_name=tuning_name),
                   "report_key": key, "pid": os.getpid(), "host": socket.gethostname(),
                   "started": prev_state.get("started") or time.strftime("%Y%m%d%H%M%S"), "status": "running"}
@@ -309,13 +325,11 @@ def _run_locked(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, tune
             stop.signum = signal.SIGINT
     except BaseException:          # a crash: leave "tuning incomplete", then let it propagate
         progress.close()
-        stop.restore()
         write(events.report, True, section=tuner.section_on_error)
         rf.close_journal()
         raise
     finally:
         progress.close()
-        stop.restore()
     seconds = prev_elapsed + time.perf_counter() - t0
     report = report if report is not None else events.report
     if report is None or stop.signum is not None or report.status == INCOMPLETE:
