@@ -71,6 +71,23 @@ def tiny_onnx(path: Path, m: int = 64, k: int = 128, n: int = 256) -> Path:
     return path
 
 
+def declared_weight(name: str, dims: list[int]) -> Any:
+    """An ONNX initializer with its shape and no data (marked as external data that is not shipped, as the
+    zoo's weights are): a large model is cheap to build and to import."""
+    import math
+
+    from onnx import TensorProto
+
+    t = TensorProto()
+    t.name, t.data_type = name, TensorProto.FLOAT
+    t.dims.extend(dims)
+    t.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", "weights_not_shipped.bin"), ("offset", "0"), ("length", str(4 * math.prod(dims)))):
+        e = t.external_data.add()
+        e.key, e.value = k, v
+    return t
+
+
 # --- single-operator descriptions (the --singleop format) ----------------------------------------
 
 def mm_op(m: int, k: int, n: int, name: str = "mm", dtype: str = "float16", **attrs: Any) -> dict[str, Any]:

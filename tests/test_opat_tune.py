@@ -10,7 +10,7 @@ from aoe.opat import Budget, tune_op
 from aoe.opat.space import space_for
 from aoe.opat.tune import KINDS, _class_name, _default_impl_class, case_for, conversion_us, matmul_impl_class, tune_case
 from aoe.soc import load_soc
-from conftest import mm_op, single_ops_graph, vec_op
+from conftest import declared_weight, mm_op, single_ops_graph, vec_op
 
 SOC = load_soc("Ascend910B2")
 
@@ -211,8 +211,7 @@ def test_a_vector_op_between_large_matmuls_never_prices_below_zero(soc, tmp_path
     import aoe.graph
 
     m, k, n = 4096, 4096, 11008                       # a Llama-7B SwiGLU at 4096 tokens
-    w = {name: helper.make_tensor(name, TensorProto.FLOAT, shape, np.zeros(shape[0] * shape[1], np.float32))
-         for name, shape in (("w1", [k, n]), ("w3", [k, n]), ("w2", [n, k]))}
+    w = {name: declared_weight(name, shape) for name, shape in (("w1", [k, n]), ("w3", [k, n]), ("w2", [n, k]))}
     nodes = [helper.make_node("MatMul", ["x", "w1"], ["a"], name="up"),
              helper.make_node("MatMul", ["x", "w3"], ["b"], name="gate"),
              helper.make_node("Mul", ["a", "b"], ["c"], name="mul"),
