@@ -11,7 +11,9 @@ import json
 import time
 
 from aoe import sim
-from aoe.opat import exhaustive, simulator_measure, space_for
+from aoe.opat import simulator_measure
+from aoe.opat.search import exhaustive
+from aoe.opat.space import space_for
 from aoe.soc import load_soc
 
 

@@ -14,7 +14,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def measure(model: str, soc: str, training: bool) -> dict[str, object]:

@@ -154,3 +154,31 @@ def test_an_interrupted_client_continues_with_reload(serial, tmp_path):
     assert json.loads(r.stdout.strip().splitlines()[-1]) == ["tuning successful"] * 3
     banks, _ = serial
     assert _banks(tmp_path) == banks
+
+
+def test_workers_without_a_working_aoe_are_refused_with_a_clear_error():
+    """A worker that cannot import aoe's simulator (aoe missing, or an unbuilt source tree on its path) is
+    found by a probe when the farm connects: an input error, never a batch that waits forever."""
+    import subprocess
+    import sys
+
+    import cloudpickle
+
+    from aoe.batch.farm import _worker_probe, check_workers
+
+    probe = _worker_probe()
+    assert probe() == f"ok {aoe.__version__}"
+    # pickled by value: a process where aoe cannot be imported still loads and runs the probe
+    code = ("import pickle, sys; sys.modules['aoe'] = None; "
+            "print(pickle.loads(sys.stdin.buffer.read())())")
+    r = subprocess.run([sys.executable, "-c", code], input=cloudpickle.dumps(probe), capture_output=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr.decode()[-1000:]
+    assert r.stdout.decode().startswith(("ModuleNotFoundError", "ImportError")), r.stdout
+
+    class Client:  # what client.run answers for a mixed cluster
+        def run(self, fn):
+            return {"tcp://10.0.0.1:1": f"ok {aoe.__version__}", "tcp://10.0.0.2:1": r.stdout.decode().strip()}
+
+    with pytest.raises(AoeError, match=r"1 of 2 Dask worker\(s\) cannot run aoe .*10\.0\.0\.2"):
+        check_workers(Client())

@@ -328,3 +328,26 @@ def test_the_precision_mode_reaches_the_tuner_from_the_job(env):
         impls[mode] = entry.knowledge["impl"]
     assert impls == {"high_performance": "split_k", "high_precision": impls["high_precision"]}
     assert impls["high_precision"] != "split_k"
+
+
+def test_a_stored_strategy_invalid_on_this_soc_never_wins(tmp_path):
+    """An in-range record whose tiling the simulator rejects (here: L0A overflow) with a tiny claimed time:
+    the compiler would run its default, so that is the time in use, verify says so, and tuning replaces it
+    even without REPEAT_TUNE."""
+    from aoe.opat.apply import apply_bank, price
+
+    g = single_ops_graph([mm_op(256, 512, 256, "mm")])
+    case = describe(g, g.ops[0])
+    bad = dict(sim.default_strategy(SOC, case.default.sim_op), baseM=256, baseK=256, baseN=256)
+    measure = simulator_measure(SOC)
+    assert not np.isfinite(price(case, SOC, bad, measure))          # invalid, not merely slow
+    bank = OpBank(tmp_path, SOC.name, SOC.cube_cores)
+    bank.save([make_pending(case.op_type, case.key, bad, 0.001)])   # the claim: 0.001 us
+    ops, _ = apply_bank(g, SOC, tmp_path, builtin=False)
+    default_t = price(case, SOC, None, measure)
+    assert ops[0].source == "invalid custom record" and ops[0].tuned_us == pytest.approx(default_t)
+    r = tune_graph(g, SOC, tmp_path, dataclasses.replace(NO_BUILTIN, budget=Budget(evaluations=2000)))
+    rec = r.records[0]
+    assert rec.outcome == "update" and rec.before_us == pytest.approx(default_t) and rec.after_us < default_t
+    stored = OpBank(tmp_path, SOC.name, SOC.cube_cores).lookup(case.op_type, case.key)
+    assert stored.knowledge != bad and np.isfinite(price(case, SOC, stored.knowledge, measure))

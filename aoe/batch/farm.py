@@ -49,6 +49,40 @@ def run_group(jobs: Sequence[Job]) -> tuple[list[Any], float]:
     return out, time.process_time() - c0
 
 
+def _worker_probe() -> Callable[[], str]:
+    """A function that reports what a worker imports as aoe: its version, or why the simulator is missing.
+
+    Made inside a function so that Dask pickles it by value: a worker whose aoe is missing or broken can
+    still run it (a function of this module would make the worker import aoe just to unpickle the probe,
+    and a worker that fails to unpickle drops its connection instead of reporting an error)."""
+    def probe() -> str:
+        import importlib
+
+        try:
+            importlib.import_module("aoe._sim")
+            return "ok " + str(importlib.import_module("aoe").__version__)
+        except Exception as exc:  # noqa: BLE001 - reported to the client, which raises AoeError
+            return f"{type(exc).__name__}: {exc}"
+    return probe
+
+
+def check_workers(client: Any) -> None:
+    """AoeError unless every worker imports the same aoe as this process, with its compiled simulator."""
+    from .. import __version__
+
+    try:
+        answers = client.run(_worker_probe())
+    except Exception as exc:  # noqa: BLE001 - a cluster we cannot even probe is a setup error
+        raise AoeError(f"cannot run a probe on the Dask workers ({type(exc).__name__}: {exc}); {EXTRA_HINT} "
+                       f"and install this aoe on every worker") from None
+    bad = {addr: a for addr, a in sorted(answers.items()) if a != f"ok {__version__}"}
+    if bad:
+        addr, why = next(iter(bad.items()))
+        raise AoeError(f"{len(bad)} of {len(answers)} Dask worker(s) cannot run aoe {__version__} (e.g. {addr}: "
+                       f"{why}); install the same aoe on every worker (pip install 'aoe[dask]'), and start "
+                       f"the workers outside an aoe source checkout")
+
+
 def _connect(cluster: Any) -> tuple[Any, Any, bool]:
     """(client, cluster we started or None, whether we own the client)."""
     try:
@@ -83,7 +117,13 @@ class CaseFarm:
 
     def __init__(self, cluster: Any, *, progress: bool = False,
                  out: Callable[[str], None] | None = None) -> None:
+        self._bar: Any = None
         self.client, self._cluster, self._own_client = _connect(cluster)
+        try:
+            check_workers(self.client)
+        except AoeError:
+            self.close()
+            raise
         self._lock = threading.Lock()
         self._queued: list[tuple[tuple[Any, ...], Job]] = []
         self._where: dict[tuple[Any, ...], tuple[Any, int]] = {}  # key -> (group future, index)
@@ -92,7 +132,6 @@ class CaseFarm:
         self._models: set[tuple[Any, ...]] = set()  # models already prefetched (counted once)
         self.stats = {"cases_total": 0, "cases_distinct": 0, "bank_hits": 0, "sent": 0, "groups": 0,
                       "worker_cpu_s": 0.0}
-        self._bar: Any = None
         self._progress = progress
         self.bank_dirs: set[tuple[str, str, int]] = set()
         link = getattr(self.client, "dashboard_link", None)

@@ -70,6 +70,7 @@ class VerifyReport:
                       "model_tuned_us": round(self.tuned_us, 3), "model_improvement": self.improvement,
                       "from_custom_bank": sum(o.source == "custom" for o in self.ops),
                       "from_builtin_bank": sum(o.source == "builtin" for o in self.ops),
+                      "invalid_bank_records": sum(o.source.startswith("invalid") for o in self.ops),
                       "operators": [o.to_dict() for o in self.ops], "skipped": self.skipped})
         else:
             d.update({"subgraph_bank_dir": self.subgraph_bank_dir,
@@ -104,6 +105,11 @@ class VerifyReport:
         n_builtin = sum(o.source == "builtin" for o in self.ops)
         out.append(f"operators priced: {len(self.ops)} ({n_custom} from the custom bank, {n_builtin} from the "
                    f"built-in bank, {len(self.ops) - n_custom - n_builtin} default); skipped: {len(self.skipped)}")
+        invalid = sorted({o.op_name for o in self.ops if o.source.startswith("invalid")})
+        if invalid:
+            out.append(f"bank records whose strategy is invalid on {self.soc} (the default runs instead; a "
+                       f"tuning run replaces them): {len(invalid)}: {', '.join(invalid[:5])}"
+                       + (" ..." if len(invalid) > 5 else ""))
         out.append(f"model: default {self.default_us / 1000:.6f} ms -> with banks {self.tuned_us / 1000:.6f} ms; "
                    f"improvement {self.improvement}")
         return out

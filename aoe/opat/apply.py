@@ -114,7 +114,8 @@ class OpTime:
     op_type: str | list[str]
     default_us: float
     tuned_us: float
-    source: str            # where the strategy in use came from: custom / builtin / default
+    source: str            # where the strategy in use came from: custom / builtin / default, or
+                           # "invalid custom record" (the bank's strategy is invalid here: default used)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (µs rounded to 3 decimals)."""
@@ -160,5 +161,7 @@ def apply_bank(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
                 t = float("nan")
             if np.isfinite(t):
                 tuned, source = t, entry.source
+            else:  # the compiler rejects the stored tiling and runs its default: say which record
+                source = f"invalid {entry.source} record"
         ops.append(OpTime(op.name, op_type_label(op), default, tuned, source))
     return ops, skipped

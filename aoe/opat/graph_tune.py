@@ -119,6 +119,7 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
     pending_tune: list[tuple[tuple[str, str], OpCase, Any, float | None, float]] = []
     stopped = False
     extra_cache: dict[Any, float] = {}
+    invalid: set[tuple[str, str]] = set()  # cases whose bank strategy is invalid on this SoC: tuned as if REPEAT_TUNE
 
     def finish(cid: tuple[str, str], case: OpCase, entry: Any, in_use: float | None, default_t: float,
                result: TuneResult | str | None) -> None:
@@ -135,7 +136,7 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
             tuned = result.after_us if result is not None else None
             if tuned is not None and in_use is not None and round(tuned, 3) >= round(in_use, 3):
                 tuned = None  # a gain the result file cannot show (under 0.0005 us) is no gain
-            outcome = decide(in_bank, cfg.repeat_tune, in_use, tuned)
+            outcome = decide(in_bank, cfg.repeat_tune or cid in invalid, in_use, tuned)
             kinds_out: dict[str, KindGain] = {}
             if result is not None:
                 report.evaluations += result.evaluations
@@ -166,18 +167,22 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
             entry = chain.lookup(case.op_type, case.key)
             default_t = price(case, soc, None, measure, extra_cache)
             in_use = default_t
+            usable = entry is not None
             if entry is not None:
                 try:
                     in_use = price(case, soc, entry.knowledge, measure, extra_cache)
                 except (AoeError, KeyError, ValueError, TypeError):
                     in_use = entry.perf_us  # a record aoe cannot re-price (e.g. from real CANN)
                 if in_use is None or not np.isfinite(in_use):
-                    in_use = entry.perf_us
+                    # the stored strategy is invalid on this SoC: the compiler falls back to its default,
+                    # and the record must not keep the case from being tuned (a better result replaces it)
+                    in_use, usable = default_t, False
+                    invalid.add(cid)
         except Exception as exc:  # noqa: BLE001 - a broken measure fails this case only
             in_use = entry.perf_us if entry is not None else None
             finish(cid, case, entry, in_use, 0.0, f"{type(exc).__name__}: {exc}")
             continue
-        if not should_tune(entry is not None, cfg.repeat_tune):
+        if not should_tune(usable, cfg.repeat_tune):
             finish(cid, case, entry, in_use, default_t, None)
             continue
         if parallel:
