@@ -35,21 +35,8 @@ from ..tuning import FAILED, INCOMPLETE, SUCCESS, Events, Report
 from .inputs import check_inputs, model_bytes, output_file_name, selected_ops, task_name
 from .lock import DeviceLock
 from .progress import Progress, opat_summary, sgat_summary, skipped_entries
-from .result import (
-    ResultFile,
-    atomic_write_json,
-    find_interrupted,
-    read_journal,
-    remove_stale_temps,
-)
-from .settings import (
-    DEFAULT_SOC,
-    JobSettings,
-    JobSpec,
-    _warn,
-    memory_note,
-    settings_from_env,
-)
+from .result import ResultFile, atomic_write_json, find_interrupted, read_journal, remove_stale_temps
+from .settings import DEFAULT_SOC, JobSettings, JobSpec, _warn, memory_note, settings_from_env
 from .signals import StopFlag
 from .verification import verify_graph
 
