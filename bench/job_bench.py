@@ -19,6 +19,10 @@ Runs (`--runs`, default all):
   cold and warm (Numba's cache is warmed by an unmeasured run first), next to `python_import_s`, the
   CPU time of a process that only imports `aoe.cli` (the floor of any job).
 
+The jobs run with `--report off`: the tuning job itself. With matplotlib installed a job also writes
+its HTML report by default; `warm_with_report` (ResNet-50 and SGAT) is the warm job again with it, so
+the report's share is the difference (`bench/report_bench.py` times the report alone).
+
 The result also says when and where it was measured (UTC date, CPU model, CPU count).
 """
 from __future__ import annotations
@@ -130,13 +134,14 @@ def opat_run(name: str, root: Path, soc: str, budget: int | None, workers: int |
     if workers:
         (work / "aoe.ini").write_text(f"[tuning]\ntuning_parallel_num = {workers}\n")
     argv = _aoe("-m", model, "-j", "2", "--training", "--soc_version", soc, "--input_shape", shape,
-                "--progress_bar", "off")
+                "--progress_bar", "off", "--report", "off")
     out: dict = {"model": model, "input_shape": shape, "training": True, "soc": soc}
     # cold: every case tuned, even those the built-in bank already holds (REPEAT_TUNE=True)
     out["cold"] = {**run_timed(argv, work, dict(env, REPEAT_TUNE="True")), **_latest(work, "opat")}
     if warm_too:
         time.sleep(0.01)
         out["warm"] = {**run_timed(argv, work, env), **_latest(work, "opat")}
+        out["warm_with_report"] = run_timed(argv[:-2] + ["--report", "on"], work, env)
     return out
 
 
@@ -145,12 +150,13 @@ def sgat_run(root: Path) -> dict:
     work = root / "sgat"
     env = _env(work, root, None)
     argv = _aoe("-m", "zoo:mobilenet_v2", "-j", "1", "--soc_version", "Ascend910A", "--input_shape",
-                "input:1,3,224,224", "--progress_bar", "off")
+                "input:1,3,224,224", "--progress_bar", "off", "--report", "off")
     warmup = root / "sgat_warmup"
     run_timed(argv, warmup, _env(warmup, root, None))  # compiles (or loads) Numba's cache
     out: dict = {"model": "zoo:mobilenet_v2", "input_shape": "input:1,3,224,224", "soc": "Ascend910A"}
     out["cold"] = run_timed(argv, work, env)
     out["warm"] = run_timed(argv, work, env)
+    out["warm_with_report"] = run_timed(argv[:-2] + ["--report", "on"], work, env)
     out["python_import_s"] = run_timed([sys.executable, "-c", "import aoe.cli"], work, env)
     return out
 
