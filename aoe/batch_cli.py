@@ -19,6 +19,7 @@ from .batch.listfile import load_list
 from .job.api import TuneOptions, tune_models
 from .job.run import load_graph
 from .job.settings import JobSpec, settings_from_env
+from .tuning import SUCCESS
 
 EPILOG = """list file: one model per line with its own options, e.g.
   zoo:resnet50 --training --input_shape input:32,3,224,224
@@ -77,7 +78,7 @@ def main(argv: list[str]) -> int:
                 results += rs
                 if any(r.signal is not None for r in rs):
                     return 128 + next(r.signal for r in rs if r.signal is not None)
-    n_ok = sum(r.status == "tuning successful" for r in results)
+    n_ok = sum(r.status == SUCCESS for r in results)
     say(f"batch: {n_ok} of {len(results)} models tuned successfully; {farm.stats['cases_distinct']} "
         f"distinct cases sent of {farm.stats['cases_total']} (bank hits {farm.stats['bank_hits']})")
     return 0 if n_ok == len(results) == len(lines) else 1

@@ -32,11 +32,16 @@ INCOMPLETE = "tuning incomplete"
 STATUSES = (SUCCESS, FAILED, INCOMPLETE)
 
 
+def gain_pct(before: float, after: float) -> float:
+    """The product's gain as a number: (before / after - 1) x 100, 0 when `after` is not positive."""
+    if after <= 0:
+        return 0.0
+    return (before / after - 1.0) * 100.0
+
+
 def improvement(before: float, after: float) -> str:
     """The product's gain figure: (before / after - 1) x 100 with two decimals and a '%'."""
-    if after <= 0:
-        return "0.00%"
-    return f"{(before / after - 1.0) * 100.0:.2f}%"
+    return f"{gain_pct(before, after):.2f}%"
 
 
 # --- bank outcomes and the six counters ---------------------------------------------------------

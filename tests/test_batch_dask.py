@@ -182,3 +182,31 @@ def test_workers_without_a_working_aoe_are_refused_with_a_clear_error():
 
     with pytest.raises(AoeError, match=r"1 of 2 Dask worker\(s\) cannot run aoe .*10\.0\.0\.2"):
         check_workers(Client())
+
+
+def test_the_batch_command_end_to_end(tmp_path, job_env):
+    """`aoe batch LIST --scheduler local:1`: an OPAT line and an SGAT line, their result files and banks;
+    run again, every operator case is a bank hit and nothing is sent to the cluster."""
+    import subprocess
+    import sys
+
+    from conftest import tiny_onnx
+
+    tiny_onnx(tmp_path / "tiny.onnx")
+    (tmp_path / "models.txt").write_text("# two jobs\ntiny.onnx\n"
+                                         "zoo:mobilenet_v2 --job_type 1 --soc_version Ascend910A\n")
+    argv = [sys.executable, "-m", "aoe.cli", "batch", "models.txt", "--scheduler", "local:1", "--work_path", "work",
+            "--progress_bar", "off", "--search_budget", "300"]
+    runs = [subprocess.run(argv, cwd=tmp_path, env=job_env, capture_output=True, text=True, timeout=300)
+            for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert "batch: 2 of 2 models tuned successfully" in r.stderr
+    work = tmp_path / "work"
+    opat_files = sorted(work.glob("aoe_result_opat_*.json"))
+    assert len(opat_files) == 2 and len(list(work.glob("aoe_result_sgat_*.json"))) == 2
+    first, second = ([task[1]["OPAT"]["repo_summary"] for task in json.loads(f.read_text()).values()][0]
+                     for f in opat_files)
+    assert first["repo_add_num"] > 0          # the second run finds what the first one added
+    assert second["repo_add_num"] == 0 and second["repo_hit_num"] == first["repo_add_num"] + first["repo_hit_num"]
+    assert list((tmp_path / "bank" / "Ascend910B2").rglob("*_runtime_kb.json"))

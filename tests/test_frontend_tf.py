@@ -404,3 +404,51 @@ def test_training_script_without_main_guard(tmp_path: Path, job_env: dict[str, s
     assert all(line in p.stdout for line in LOG_LINES) and p.stdout.rstrip().endswith("tuning successful")
     (result,) = tmp_path.glob("aoe_result_opat_*.json")
     check_result(result, "opat")
+
+
+def test_legacy_optimizer_kernels_map_to_cann_apply_ops() -> None:
+    """A step that updates its variables with TF's fused optimizer kernels (as tf.compat.v1 optimizers
+    and Keras 2 do): ResourceApplyAdam -> ApplyAdamD, ResourceApplyKerasMomentum -> ApplyKerasMomentumD,
+    ResourceApplyGradientDescent -> ApplyGradientDescent, one per variable, with the variable's shape."""
+    w = tf.Variable(tf.ones((16, 8)), name="w")
+    m, v = tf.Variable(tf.zeros((16, 8))), tf.Variable(tf.zeros((16, 8)))
+    b = tf.Variable(tf.zeros((8,)), name="b")
+    acc = tf.Variable(tf.zeros((8,)))
+    u = tf.Variable(tf.ones((8, 4)), name="u")
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.nn.relu(tf.matmul(x, w) + b) @ u)
+        gw, gb, gu = tape.gradient(loss, [w, b, u])
+        one = tf.constant(1e-3)
+        tf.raw_ops.ResourceApplyAdam(var=w.handle, m=m.handle, v=v.handle, beta1_power=one, beta2_power=one,
+                                     lr=one, beta1=tf.constant(0.9), beta2=tf.constant(0.999), epsilon=one, grad=gw)
+        tf.raw_ops.ResourceApplyKerasMomentum(var=b.handle, accum=acc.handle, lr=one, grad=gb,
+                                              momentum=tf.constant(0.9))
+        tf.raw_ops.ResourceApplyGradientDescent(var=u.handle, alpha=one, delta=gu)
+        return loss
+
+    g = training_graph(step, tf.TensorSpec((4, 16)), name="legacy_step")
+    apply = {op.type: op for op in g.ops if op.type.startswith("Apply")}
+    assert set(apply) == {"ApplyAdamD", "ApplyKerasMomentumD", "ApplyGradientDescent"}, g.op_counts()
+    assert g.tensors[apply["ApplyAdamD"].outputs[0]].shape == (16, 8)
+    assert g.tensors[apply["ApplyKerasMomentumD"].outputs[0]].shape == (8,)
+
+
+def test_the_command_tunes_a_saved_model_with_framework_3(tmp_path: Path, job_env: dict[str, str]) -> None:
+    """`aoe -m saved_model_dir --framework 3 --input_shape ...`: the command line, as a user types it."""
+    small_model().export(str(tmp_path / "sm"), verbose=False)
+    argv = [sys.executable, "-m", "aoe.cli", "-m", str(tmp_path / "sm"), "--framework", "3", "-j", "2",
+            "--input_shape", "image:2,16,16,3", "--work_path", str(tmp_path / "work"), "--progress_bar", "off",
+            "--report", "off"]
+    r = subprocess.run(argv, env=job_env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (f,) = (tmp_path / "work").glob("aoe_result_opat_*.json")
+    data = check_result(f, "opat")
+    (task,) = data.values()
+    assert task[0]["basic"]["tuning_name"] == "sm"
+    assert task[1]["OPAT"]["repo_summary"]["total_num"] > 0
+    bad = subprocess.run(argv[:5] + ["--framework", "3", "-j", "2"], env=job_env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2 and "dynamic shape" in bad.stderr and "Traceback" not in bad.stderr

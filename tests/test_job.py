@@ -648,7 +648,7 @@ def test_stuck_worker_processes_do_not_hang_the_stop(env, monkeypatch):
 
     import aoe.opat.graph_tune as gt
 
-    monkeypatch.setattr(gt, "_tune_worker", _stuck_worker)
+    monkeypatch.setattr(gt, "tune_job", _stuck_worker)
     monkeypatch.setenv("AOE_STOP_GRACE", "0.5")
     threading.Timer(1.0, os.kill, (os.getpid(), sig.SIGTERM)).start()
     t0 = time.time()

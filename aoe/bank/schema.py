@@ -13,7 +13,7 @@ Packing (what the uint32 `id` hashes; stable across versions, never change witho
   `attrs` as u32 length + UTF-8 of its canonical JSON (keys sorted, no spaces, no NaN/Infinity).
 Integers in keys are JSON integers; in MatMul/Conv keys a boolean counts as 0/1 (so a flag given
 as `true` is the same case as `1`), while vector `attrs` keep `true` and `1` apart (their canonical
-JSON differs). Dtype/format fields hold the codes of `aoe.bank.codes`. `canonical_key` accepts
+JSON differs). Dtype/format fields hold the codes of `aoe.codes`. `canonical_key` accepts
 friendlier input (dtype/format names, bools for flags, numpy integers, defaults) and returns the
 exact dict that is stored and packed.
 """

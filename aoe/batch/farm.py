@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 from ..bank import BankChain, BuiltinBank, OpBank, should_tune
 from ..errors import AoeError
 from ..ops import Unsupported, describe
-from ..opat.graph_tune import _tune_worker
+from ..opat.graph_tune import tune_job
 from ..opat.search import Budget
 from ..opat.tune import KINDS
 from ..soc import Soc, load_soc
@@ -45,7 +45,7 @@ def job_key(job: Job) -> tuple[Any, ...]:
 def run_group(jobs: Sequence[Job]) -> tuple[list[Any], float]:
     """Worker side: tune a group of cases; (results in order, CPU seconds spent)."""
     c0 = time.process_time()
-    out = [_tune_worker(j) for j in jobs]
+    out = [tune_job(j) for j in jobs]
     return out, time.process_time() - c0
 
 
@@ -298,7 +298,7 @@ class FarmExecutor:
 
     def map(self, fn: Callable[[Job], Any], jobs: Iterable[Job]) -> Iterator[Any]:
         """Results of `jobs` in order; `fn` must be graph_tune's worker (the farm runs that one)."""
-        if fn is not _tune_worker:
+        if fn is not tune_job:
             raise AoeError("the case farm runs OPAT's case worker only")
         jobs = list(jobs)
         for j in jobs:  # anything not prefetched is sent now, all at once

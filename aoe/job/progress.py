@@ -5,6 +5,8 @@ import os
 import sys
 from typing import Any, Sequence, TextIO
 
+from ..tuning import improvement
+
 
 class Progress:
     """A tqdm bar (cases done/total, operators done, bank hits, last operator, ETA) — or nothing.
@@ -111,7 +113,7 @@ def opat_summary(report: Any, top: int = 10) -> list[str]:
             t = r.op_type if isinstance(r.op_type, str) else "+".join(r.op_type)
             name = r.op_name if len(r.op_name) <= 60 else "…" + r.op_name[-59:]
             rows.append([name, t, _fmt_us(r.before_us), _fmt_us(r.after_us),
-                         f"{r.before_us - r.after_us:.3f}", f"{(r.before_us / r.after_us - 1) * 100:.2f}%",
+                         f"{r.before_us - r.after_us:.3f}", improvement(r.before_us, r.after_us),
                          kinds, r.outcome or "-"])
         lines.append(f"top {min(top, len(saved))} of {len(saved)} operators by time saved:")
         lines += table(rows, ["operator", "type", "before", "after", "saved(us)", "improvement", "kinds", "bank"],
@@ -126,7 +128,7 @@ def opat_summary(report: Any, top: int = 10) -> list[str]:
                  f"unsatisfied {c.repo_unsatisfied_num}")
     if recs and after > 0:
         lines.append(f"tuned operators, sum of times: {_fmt_us(before)} -> {_fmt_us(after)} "
-                     f"({(before / after - 1) * 100:.2f}% faster)")
+                     f"({improvement(before, after)} faster)")
     failed = [r for r in report.records if r.error]
     if failed:  # never only a count: which operator, of which type, and why
         lines.append(f"failed operators ({len(failed)}):")
@@ -150,7 +152,7 @@ def sgat_summary(report: Any, top: int = 10) -> list[str]:
             ops = "+".join(r.op_types)
             ops = ops if len(ops) <= 50 else ops[:49] + "…"
             rows.append([r.repo_key, ops, str(r.count), _fmt_us(r.before_us), _fmt_us(r.after_us),
-                         f"{(r.before_us / r.after_us - 1) * 100:.2f}%", r.outcome.value])
+                         improvement(r.before_us, r.after_us), r.outcome.value])
         lines.append(f"top {min(top, len(recs))} of {len(recs)} subgraphs by time saved:")
         lines += table(rows, ["repo_key", "kernels", "count", "before", "after", "improvement", "bank"],
                        [False, False, True, True, True, True, False])
@@ -161,7 +163,7 @@ def sgat_summary(report: Any, top: int = 10) -> list[str]:
                  f"{c.repo_reserved_num}), unsatisfied {c.repo_unsatisfied_num}")
     b, a = report.model_baseline_us, report.model_result_us
     if a > 0:
-        lines.append(f"model: default fusion {_fmt_us(b)} -> tuned {_fmt_us(a)} ({(b / a - 1) * 100:.2f}% faster)")
+        lines.append(f"model: default fusion {_fmt_us(b)} -> tuned {_fmt_us(a)} ({improvement(b, a)} faster)")
         u = getattr(report, "model_unfused_us", 0.0)
         if u > 0:
             lines.append(f"       (unfused, every operator its own kernel: {_fmt_us(u)})")

@@ -12,7 +12,7 @@ import jsonschema
 
 from ..opat.report import OPAT_SECTION_SCHEMA
 from ..sgat.report import SGAT_SECTION_SCHEMA
-from ..tuning import INCOMPLETE, improvement
+from ..tuning import INCOMPLETE, gain_pct, improvement
 
 RESULT_FILE_NAME = r"^aoe_result_(opat|sgat)_[0-9]{17}_pid[0-9]+\.json$"
 REPORT_KEY = r"^report_[0-9]{17}_[0-9]+$"
@@ -63,7 +63,7 @@ def _pct_ok(text: str, before: float, after: float, tol: float = 0.011) -> bool:
         return False
     if after <= 0:
         return got == 0.0
-    want = (before / after - 1.0) * 100.0
+    want = gain_pct(before, after)
     slack = tol + 100.0 * (before / after) * (0.0006 / max(after, 1e-9) + 0.0006 / max(before, 1e-9))
     return abs(got - want) <= slack
 

@@ -62,7 +62,9 @@ class OpatConfig:
 case_executor: ContextVar[Any] = ContextVar("aoe_opat_case_executor", default=None)
 
 
-def _tune_worker(args: tuple[OpCase, Soc, tuple[str, ...], Budget, str, int, int]) -> TuneResult | str:
+def tune_job(args: tuple[OpCase, Soc, tuple[str, ...], Budget, str, int, int]) -> TuneResult | str:
+    """One case as a worker tunes it: (case, SoC, kinds, budget, implmode, seed, threads) -> the result,
+    or the error as text (a case that fails must not stop the others). What a case executor runs."""
     case, soc, kinds, budget, implmode, seed, threads = args
     try:
         return tune_case(case, soc, kinds=kinds, budget=budget, implmode=implmode, seed=seed, threads=threads)
@@ -203,7 +205,7 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
                 for _, case, _, _, _ in pending_tune]
         with farm if farm is not None else worker_pool(cfg.workers) as pool:
             # results come back in submission order, so the run is identical to a serial one
-            for (cid, case, entry, in_use, default_t), result in zip(pending_tune, pool.map(_tune_worker, jobs)):
+            for (cid, case, entry, in_use, default_t), result in zip(pending_tune, pool.map(tune_job, jobs)):
                 finish(cid, case, entry, in_use, default_t, result)
                 if events.should_stop():
                     stopped = True

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import AoeError
+from ..tuning import gain_pct
 from .data import CaseView, ReportData, SubgraphView
 
 EXTRA_HINT = "pip install 'aoe[report]' (matplotlib)"
@@ -329,7 +330,7 @@ def fusion_map(data: ReportData, top: int = 10) -> str:
         for y, name, groups in ((y0 - 1.0, "default", s.default_groups), (y0 - 2.0, "tuned", s.tuned_groups)):
             ax.text(-0.75, y, name, fontsize=7, va="center", ha="right")
             _lane(ax, s, groups, y)
-        gain = (s.default_us / s.tuned_us - 1) * 100 if s.tuned_us > 0 else 0.0
+        gain = gain_pct(s.default_us, s.tuned_us)
         df, tf = s.default_flags, s.tuned_flags
         ax.text(width + 0.1, y0 - 1.0, f"{_kernels(len(s.default_groups))}, {s.default_us:.1f} µs\n"
                 f"{df['split']} split, tile {df['tile']}{', L2' if df['l2'] else ''}", va="center", fontsize=6.5)

@@ -27,7 +27,7 @@ from ..opat.apply import op_type_label, operator_cases, price, variant_for
 from ..opat.search import simulator_measure
 from ..ops import OpCase, Variant
 from ..soc import Soc, load_soc
-from ..tuning import improvement
+from ..tuning import INCOMPLETE, SUCCESS, improvement
 
 MAX_RESULT_BYTES = 64 << 20      # a result file larger than this is not one of ours
 
@@ -181,7 +181,7 @@ def _status(kind: str, basic: Mapping[str, Any], section: Mapping[str, Any]) -> 
     if kind == "opat":
         return str(section.get("opat_tuning_result", "unknown"))
     # the SGAT section has no status field: a finished task has its tuning time
-    return "tuning successful" if "tuning_time(s)" in basic else "tuning incomplete"
+    return SUCCESS if "tuning_time(s)" in basic else INCOMPLETE
 
 
 def _opat_credits(section: Mapping[str, Any]) -> dict[str, tuple[list[str], str]]:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from ..tuning import gain_pct
 from . import charts
 from .data import ReportData
 
@@ -110,7 +111,7 @@ def _op_table(data: ReportData) -> str:
     out.append("</tr></thead><tbody>")
     for i, r in enumerate(data.ops):
         c = data.cases[r.case]
-        sp = (r.default_us / r.tuned_us - 1) * 100 if r.tuned_us > 0 else 0.0
+        sp = gain_pct(r.default_us, r.tuned_us)
         cls = "good" if r.saved_us > 1e-9 else ("bad" if r.saved_us < -1e-9 else "")
         search = f"{r.name} {r.op_type} {r.source} {' '.join(r.kinds)}".lower()
         out.append(

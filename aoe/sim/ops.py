@@ -17,7 +17,7 @@ from ..codes import dtype_code, format_code
 from ..errors import AoeError
 
 # The dtypes and formats the kernel models know, under their CANN ge::DataType / ge::Format codes
-# (one table for the whole project: aoe.bank.codes, the numbers bank files store).
+# (one table for the whole project: aoe.codes, the numbers bank files store).
 DTYPES: dict[str, int] = {n: dtype_code(n) for n in ("float32", "float16", "int8", "int32", "bfloat16")}
 FORMATS: dict[str, int] = {n: format_code(n) for n in ("NCHW", "NHWC", "ND", "NC1HWC0", "FRACTAL_Z", "FRACTAL_NZ")}
 _DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16",

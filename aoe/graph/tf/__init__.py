@@ -87,6 +87,9 @@ def from_concrete_function(cf: Any, name: str = "model", compute_dtype: str = "f
         vid = internal.name
         src.var_of[vid] = vid
         src.var_names[vid] = _var_name(v) if v is not None else internal.name.split(":")[0]
+        dims = _static_dims(v)
+        if dims is not None:
+            src.var_shapes[vid] = (dims, v.dtype)
         if v is not None and v.trainable:
             src.trainable.add(vid)
         elif id(ext) in opt_handles:
@@ -94,6 +97,15 @@ def from_concrete_function(cf: Any, name: str = "model", compute_dtype: str = "f
     if optimizer_variables is None:
         src.state |= _updated_state(graph, src)
     return Converter(src, compute_dtype).run()
+
+
+def _static_dims(v: Any) -> tuple[int, ...] | None:
+    """A variable's shape when every dimension is known (None otherwise, or without a variable)."""
+    try:
+        dims = tuple(int(d) for d in v.shape)
+    except (AttributeError, TypeError, ValueError):  # no variable, or a None dimension
+        return None
+    return dims if all(d >= 0 for d in dims) else None
 
 
 def _handle(v: Any) -> Any:

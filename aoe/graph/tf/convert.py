@@ -46,6 +46,7 @@ class Source:
     var_names: dict[str, str] = field(default_factory=dict)    # variable id -> name (e.g. "dense/kernel")
     trainable: set[str] = field(default_factory=set)           # variable ids of trained weights
     state: set[str] = field(default_factory=set)               # variable ids of optimizer state (param kind)
+    var_shapes: dict[str, tuple[tuple[int, ...], Any]] = field(default_factory=dict)  # id -> (shape, dtype)
     name: str = "model"
     training: bool = False
     input_names: list[str] | None = None                      # IR names of ``inputs`` (default: TF names)
@@ -275,12 +276,22 @@ class Converter:
     def _var_shape(self, handle: Any, read: Any | None) -> tuple[tuple[int, ...], Any]:
         if read is not None and read.shape.rank is not None:
             return self.tf_shape(read), read.dtype
+        known = self.src.var_shapes.get(self.src.var_of.get(handle.name, handle.name))
+        if known is not None:  # the captured variable object itself (e.g. optimizer slots never read)
+            return known
         for c in self.consumers.get(handle.name, []) + list(handle.consumers()):
             if c.type == "ReadVariableOp" and c.outputs[0].shape.rank is not None:
                 return self.tf_shape(c.outputs[0]), c.outputs[0].dtype
             if c.type in ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp") and len(c.inputs) > 1:
                 return self.tf_shape(c.inputs[1]), c.inputs[1].dtype
         shapes = getattr(handle, "_handle_data", None)
+        if shapes is None:  # a graph tensor keeps its resource's shape in the graph's handle data
+            try:
+                from tensorflow.python.ops import handle_data_util
+
+                shapes = handle_data_util.get_resource_handle_data(handle)
+            except Exception:  # noqa: BLE001 - TF internals that moved: the error below says what is unknown
+                shapes = None
         try:
             sd = shapes.shape_and_type[0]
             import tensorflow as tf
