@@ -4,9 +4,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import AoeError
+
+if TYPE_CHECKING:  # annotations only: the IR module is imported when a graph is loaded
+    from .ir import Graph
 
 EPILOG = """MODEL is a path to an .onnx file, a .json graph written by `aoe graph --json --full`,
 a single-operator file (with --framework singleop), a TensorFlow model (with --framework 3, needs

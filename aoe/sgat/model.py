@@ -38,11 +38,12 @@ from ..soc import Soc
 from .partition import Subgraph, is_cube
 
 # The array layout (column indices, plan fields) lives in evaluator.py: Numba's on-disk cache is
-# keyed by that file, so the compiled code can never disagree with the layout.
-from .evaluator import (BARRIER, BYTES, C, CROWS, CRUN, CUBE, EMAIN, HALO, M, MAX_KERNELS, MINTILE,
-                        N_EDGEF, N_OPF, N_SOCP, N_SPLITS, N_TILES, OUTB, READB, RED, ROW, S_CUBE_CORES,
-                        S_HANDOFF_US, S_HBM_BPUS, S_INSTR_US, S_L0C, S_L1, S_L2_BPUS, S_L2CAP, S_LAT_US,
-                        S_LAUNCH, S_SEPARATED, S_TILE_US, S_UB, S_VEC_CORES, TILE_BASE, R, T)
+# keyed by that file, so the compiled code can never disagree with the layout. Re-exported from here.
+from .evaluator import (  # noqa: F401 - the layout names the other modules and tests import from here
+    BARRIER, BYTES, C, CROWS, CRUN, CUBE, EMAIN, HALO, M, MAX_KERNELS, MINTILE,
+    N_EDGEF, N_OPF, N_SOCP, N_SPLITS, N_TILES, OUTB, READB, RED, ROW, S_CUBE_CORES, S_HANDOFF_US, S_HBM_BPUS,
+    S_INSTR_US, S_L0C, S_L1, S_L2_BPUS, S_L2CAP, S_LAT_US, S_LAUNCH, S_SEPARATED, S_TILE_US, S_UB, S_VEC_CORES,
+    TILE_BASE, R, T)
 
 NORM_TYPES = frozenset({"SoftmaxV2", "SoftmaxGrad", "LayerNorm", "LayerNormGrad", "LayerNormV3", "LayerNormV4",
                         "Softmax"})

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Sequence
 
-from ..errors import AoeError
+from ..errors import AoeError  # noqa: F401 - part of the face (the error every entry point raises)
 
 
 def backend(**options: Any) -> Any:
