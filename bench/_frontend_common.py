@@ -1,7 +1,6 @@
 """What the frontend benches share: CPU time of this process and its children, and one timed tuning job."""
 from __future__ import annotations
 
-import resource
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -9,9 +8,10 @@ from typing import Any
 
 
 def cpu() -> float:
-    """CPU seconds of this process and of its finished children (the tuning workers)."""
-    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+    """CPU seconds of this process and of its tuning workers (under their fork server, see job_bench)."""
+    from job_bench import process_tree_cpu  # bench/ is the script's directory
+
+    return process_tree_cpu()
 
 
 def timed(fn: Callable[[], Any]) -> tuple[Any, float, float]:

@@ -1,7 +1,7 @@
 """Batch tuning: the four zoo models x {Ascend910B2 OPAT, Ascend910A SGAT}, serial vs a Dask cluster.
 
 Prints one JSON object. Each configuration runs `aoe.tune_models` on the four zoo models into a fresh
-bank, once serially (one process, `workers=1`) and once with `cluster=` a `LocalCluster` of
+bank (the shipped built-in bank set aside, so there is work to distribute; `--builtin` consults it), once serially (one process, `workers=1`) and once with `cluster=` a `LocalCluster` of
 --workers single-threaded worker processes on 127.0.0.1 (started once, its start-up reported apart).
 Figures per configuration: `serial_s` / `cluster_s` wall time, `serial_cpu_s` (this process and its
 children), `client_cpu_s` (this process during the cluster run), `worker_cpu_s` (CPU the workers
@@ -39,12 +39,13 @@ def _cpu(children: bool = True) -> float:
     return t
 
 
-def _run(tmp: Path, soc: str, mode: str, budget: int, cluster=None) -> tuple[list, float]:
+def _run(tmp: Path, soc: str, mode: str, budget: int, builtin: bool, cluster=None) -> tuple[list, float]:
     (tmp / "bank").mkdir(parents=True)
     (tmp / "work").mkdir()
     t0 = time.perf_counter()
     rs = aoe.tune_models(MODELS, mode, soc, bank=tmp / "bank", work_path=tmp / "work", env={},
-                         options=aoe.TuneOptions(budget=budget, lock=False, workers=1), cluster=cluster)
+                         options=aoe.TuneOptions(budget=budget, lock=False, workers=1, builtin=builtin),
+                         cluster=cluster)
     return rs, time.perf_counter() - t0
 
 
@@ -61,11 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print its JSON object."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--budget", type=int, default=2000, help="evaluations per case (AOE_SEARCH_BUDGET)")
+    # the shipped built-in bank holds most zoo cases: with it on, almost nothing is left to distribute
+    ap.add_argument("--builtin", action="store_true", help="consult the built-in bank (default: set aside)")
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args(argv)
     import distributed
 
-    out: dict = {"models": MODELS, "budget": args.budget, "workers": args.workers}
+    out: dict = {"models": MODELS, "budget": args.budget, "workers": args.workers, "builtin": args.builtin}
     t0 = time.perf_counter()
     cluster = distributed.LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
                                        host="127.0.0.1", dashboard_address=None)
@@ -81,11 +84,11 @@ def main(argv: list[str] | None = None) -> int:
         for soc, mode in CONFIGS:
             with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
                 c0 = _cpu()
-                rs_serial, serial_s = _run(Path(a), soc, mode, args.budget)
+                rs_serial, serial_s = _run(Path(a), soc, mode, args.budget, args.builtin)
                 serial_cpu = _cpu() - c0
                 farm = CaseFarm(client)
                 c0 = _cpu(children=False)
-                rs_cluster, cluster_s = _run(Path(b), soc, mode, args.budget, farm)
+                rs_cluster, cluster_s = _run(Path(b), soc, mode, args.budget, args.builtin, farm)
                 client_cpu = _cpu(children=False) - c0
                 st = farm.stats
                 row = {"serial_s": round(serial_s, 2), "serial_cpu_s": round(serial_cpu, 2),

@@ -62,6 +62,34 @@ def machine() -> dict[str, object]:
             "cpu_model": cpu_model(), "cpus": os.cpu_count(), "load_1min": round(os.getloadavg()[0], 2)}
 
 
+def process_tree_cpu() -> float:
+    """CPU seconds of this process, its waited-for children, and every live descendant with what it waited
+    for in turn (Linux /proc): an in-process job's worker pool lives under a fork server that this process
+    never waits for, so its workers' CPU is only found in the fork server's children times."""
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    kids: dict[int, list[tuple[int, list[str]]]] = {}
+    try:
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    with open(f"/proc/{d}/stat", "rb") as f:
+                        fields = f.read().rsplit(b")", 1)[1].decode().split()
+                except OSError:
+                    continue
+                kids.setdefault(int(fields[1]), []).append((int(d), fields))
+    except OSError:
+        return total
+    todo = [os.getpid()]
+    while todo:
+        for pid, fields in kids.get(todo.pop(), []):
+            # utime, stime, cutime, cstime: fields 14-17 of /proc/PID/stat (index 11-14 after the name)
+            total += sum(int(x) for x in fields[11:15]) / tick
+            todo.append(pid)
+    return total
+
+
 def _children_cpu() -> float:
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import tempfile
 import time
 from collections import Counter
@@ -38,8 +37,9 @@ SGAT_SOCS = ("Ascend910A", "Ascend310P3")
 
 
 def _cpu() -> float:
-    t = os.times()  # this process and its reaped children (the tuning worker processes)
-    return t.user + t.system + t.children_user + t.children_system
+    from job_bench import process_tree_cpu  # this process and its tuning workers (bench/ is on the path)
+
+    return process_tree_cpu()
 
 
 def _options(budget: int | None) -> aoe.TuneOptions:

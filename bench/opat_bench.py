@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import tempfile
 import time
 from collections import Counter
@@ -26,8 +25,9 @@ from aoe.tuning import improvement
 
 
 def _cpu() -> float:
-    t = os.times()  # this process and its reaped children (the tuning worker processes)
-    return t.user + t.system + t.children_user + t.children_system
+    from job_bench import process_tree_cpu  # this process and its tuning workers (bench/ is on the path)
+
+    return process_tree_cpu()
 
 
 def _timed(fn, *args, **kwargs):

@@ -85,25 +85,31 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _job_with_workers(job_env: dict, tmp_path: Path, pipes: bool) -> tuple[subprocess.Popen, set[int]]:
+    """A cold ResNet-50 job with two worker processes, once its forkserver and both workers run."""
+    (tmp_path / "aoe.ini").write_text("tuning_parallel_num = 2\n")
+    out = subprocess.PIPE if pipes else subprocess.DEVNULL
+    proc = subprocess.Popen([sys.executable, "-m", "aoe.cli", "-m", "zoo:resnet50", "-j", "2", "--training"],
+                            cwd=tmp_path, env=dict(job_env, AOE_SEARCH_BUDGET="100000"), stdout=out, stderr=out)
+    deadline = time.monotonic() + 120
+    workers: set[int] = set()
+    while time.monotonic() < deadline and len(workers) < 3:   # forkserver + 2 workers
+        assert proc.poll() is None, "the job ended before its workers started"
+        workers = _descendants(proc.pid)
+        time.sleep(0.1)
+    assert len(workers) >= 3, workers
+    return proc, workers
+
+
 @linux
 @two_cpus
 def test_kill_9_with_two_workers_frees_the_device_within_5_seconds(job_env, tmp_path):
     """A job killed by SIGKILL leaves no worker behind and the next job gets the device at once."""
-    (tmp_path / "aoe.ini").write_text("tuning_parallel_num = 2\n")
-    env = dict(job_env, AOE_SEARCH_BUDGET="100000")
-    proc = subprocess.Popen([sys.executable, "-m", "aoe.cli", "-m", "zoo:resnet50", "-j", "2", "--training"],
-                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc, workers = _job_with_workers(job_env, tmp_path, pipes=False)
     try:
-        deadline = time.monotonic() + 120
-        workers: set[int] = set()
-        while time.monotonic() < deadline and len(workers) < 3:   # forkserver + 2 workers
-            assert proc.poll() is None, "the job ended before its workers started"
-            workers = _descendants(proc.pid)
-            time.sleep(0.1)
-        assert len(workers) >= 3, workers
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-        lock = DeviceLock(0, Path(env["AOE_LOCK_DIR"]))
+        lock = DeviceLock(0, Path(job_env["AOE_LOCK_DIR"]))
         got = False
         end = time.monotonic() + 5
         while time.monotonic() < end and not got:
@@ -129,18 +135,8 @@ def test_kill_9_with_two_workers_frees_the_device_within_5_seconds(job_env, tmp_
 def test_kill_9_under_a_harness_that_reads_the_pipes_before_it_reaps(job_env, tmp_path):
     """`subprocess.communicate()` after a kill -9 reads to EOF before it reaps the job: the workers (which
     hold the job's stdout and stderr) must count the unreaped job as gone, or both sides wait forever."""
-    (tmp_path / "aoe.ini").write_text("tuning_parallel_num = 2\n")
-    env = dict(job_env, AOE_SEARCH_BUDGET="100000")
-    proc = subprocess.Popen([sys.executable, "-m", "aoe.cli", "-m", "zoo:resnet50", "-j", "2", "--training"],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc, workers = _job_with_workers(job_env, tmp_path, pipes=True)
     try:
-        deadline = time.monotonic() + 120
-        workers: set[int] = set()
-        while time.monotonic() < deadline and len(workers) < 3:   # forkserver + 2 workers
-            assert proc.poll() is None, "the job ended before its workers started"
-            workers = _descendants(proc.pid)
-            time.sleep(0.1)
-        assert len(workers) >= 3, workers
         os.kill(proc.pid, signal.SIGKILL)
         try:
             proc.communicate(timeout=30)   # a deadlock, not a speed limit: EOF comes within a second
@@ -148,7 +144,7 @@ def test_kill_9_under_a_harness_that_reads_the_pipes_before_it_reaps(job_env, tm
             pytest.fail("the job's pipes stay open after kill -9: its workers wait for the unreaped job")
         assert proc.returncode == -signal.SIGKILL
     finally:
-        for p in _descendants(proc.pid) | ({proc.pid} if proc.poll() is None else set()):
+        for p in {w for w in workers if _alive(w)} | ({proc.pid} if proc.poll() is None else set()):
             try:
                 os.kill(p, signal.SIGKILL)
             except ProcessLookupError:
