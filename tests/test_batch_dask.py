@@ -210,3 +210,22 @@ def test_the_batch_command_end_to_end(tmp_path, job_env):
     assert first["repo_add_num"] > 0          # the second run finds what the first one added
     assert second["repo_add_num"] == 0 and second["repo_hit_num"] == first["repo_add_num"] + first["repo_hit_num"]
     assert list((tmp_path / "bank" / "Ascend910B2").rglob("*_runtime_kb.json"))
+
+
+def test_prefetch_looks_up_the_banks_the_job_will(client, tmp_path):
+    """With the built-in bank set aside, no case counts as a hit before it is sent (they were all held
+    back as hits, then sent one task each when OPAT asked for them)."""
+    import aoe.graph
+    from aoe.job.settings import settings_from_env
+
+    g = aoe.graph.load("zoo:mobilenet_v2")
+    (tmp_path / "bank").mkdir()
+    for builtin in (False, True):
+        farm = CaseFarm(client)
+        settings = settings_from_env({}, soc="Ascend910B2", mode=2, bank=tmp_path / "bank", builtin=builtin,
+                                     lock=False)
+        queued = farm.prefetch(g, "Ascend910B2", settings)
+        if builtin:
+            assert farm.stats["bank_hits"] > 0 and queued < farm.stats["cases_total"]
+        else:
+            assert farm.stats["bank_hits"] == 0 and queued == farm.stats["cases_total"] > 0

@@ -158,7 +158,8 @@ class CaseFarm:
         custom = OpBank(settings.op_bank_dir, soc.name, soc.cube_cores) if settings.op_bank_dir else None
         if settings.op_bank_dir:
             self.bank_dirs.add((os.fspath(settings.op_bank_dir), soc.name, soc.cube_cores))
-        chain = BankChain(custom, BuiltinBank(soc.name, soc.cube_cores))
+        # the same banks OPAT will look up: the built-in bank only when the job consults it
+        chain = BankChain(custom, BuiltinBank(soc.name, soc.cube_cores) if settings.builtin else None)
         seen: set[Any] = set()
         queued = 0
         for op in graph.ops:
