@@ -118,8 +118,8 @@ def test_sigterm_exits_143_with_incomplete_file(tmp_path, job_env):
     proc = start(tmp_path, job_env, "-m", "zoo:resnet50", "-j", "2", "--training")
     f = _wait_for_ops(tmp_path, proc, 1)
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 143, err
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, (out, err, f.read_text()[:3000])
     assert section(f)[1]["OPAT"]["opat_tuning_result"] == "tuning incomplete"
 
 

@@ -116,6 +116,102 @@ def test_lower_bounds_never_exceed_the_simulated_times_of_their_outer_choice():
     assert ok.any() and (space.lower_bound[ok] <= times[ok] * (1 + 1e-9)).all()
 
 
+def _groups(space, rng, n=12):
+    """Random groups of outer rows, some sharing an outer shape within and across groups."""
+    idx = rng.integers(0, len(space.outer), size=(n, 8))
+    idx[1::2, 1] = idx[1::2, 0] ^ 1    # the other iterate order of the same outer shape
+    idx[3, 0] = idx[2, 0]              # the same outer row in two groups
+    return [space.outer[i] for i in idx]
+
+
+@pytest.mark.parametrize("op", [sim.MatMul(m=1024, n=3072, k=768), sim.MatMul(m=8192, n=8192, k=8192),
+                                sim.MatMul(m=96, n=80, k=200, batch=3, bias=True),
+                                sim.Conv2D(x=(8, 64, 28, 28), weight=(64, 64, 3, 3), pads=(1, 1, 1, 1)),
+                                sim.Conv2D(x=(8, 64, 28, 28), weight=(64, 64, 3, 3), pads=(1, 1, 1, 1),
+                                           op_type="Conv2DBackpropFilter")])
+def test_expanding_groups_at_once_equals_one_group_at_a_time(op):
+    space = space_for(SOC, op)
+    groups = _groups(space, np.random.default_rng(0))
+    rows, bounds = space.expand_groups(groups)
+    assert len(bounds) == len(groups) + 1 and bounds[0] == 0 and bounds[-1] == len(rows)
+    for g, a, b in zip(groups, bounds[:-1], bounds[1:]):
+        assert np.array_equal(rows[a:b], space.expand(g))
+    if space.count is not None:
+        assert space.count(space.outer[:300]) == len(space.expand(space.outer[:300]))
+
+
+@pytest.mark.parametrize("op", [sim.MatMul(m=1024, n=3072, k=768), sim.MatMul(m=64, n=4096, k=4096),
+                                sim.MatMul(m=8192, n=8192, k=8192)])
+def test_an_implementation_class_expands_to_exactly_its_members(op):
+    from aoe.opat.space import matmul_impl_class
+
+    space = space_for(SOC, op)
+    groups = _groups(space, np.random.default_rng(1))
+    for cls in range(4):
+        members = space.expand_impl(cls)
+        for g in groups:
+            full = space.expand(g)
+            assert np.array_equal(members(g), full[matmul_impl_class(op, full) == cls])
+        rows, bounds = members.many(groups)
+        assert np.array_equal(rows, np.concatenate([members(g) for g in groups]))
+
+
+@pytest.mark.parametrize("op", [sim.MatMul(m=4096, n=3072, k=768), sim.MatMul(m=2048, n=1024, k=1024, batch=4),
+                                sim.Conv2D(x=(32, 64, 56, 56), weight=(64, 64, 3, 3), pads=(1, 1, 1, 1))])
+def test_pricing_groups_ahead_changes_nothing_on_real_spaces(op):
+    """With the simulator the beam prices groups ahead; the outcome is the group-by-group one."""
+    measure = simulator_measure(SOC)
+    space = space_for(SOC, op)
+    for evals in (3_000, 40_000):
+        ahead = beam(space, op, measure, Budget(evaluations=evals))
+        plain = beam(space, op, as_measure(lambda o, rows: measure(o, rows)), Budget(evaluations=evals), prune=True)
+        assert (ahead.time_us, ahead.evaluations) == (plain.time_us, plain.evaluations)
+        assert np.array_equal(ahead.row, plain.row)
+
+
+def test_pricing_groups_ahead_is_discarded_when_the_best_time_moves(monkeypatch):
+    """A space built so that the best time drops in the middle of phase 2 and changes which outer choices
+    the bound prunes: the rows counted, in order, are those of group-by-group pricing."""
+    import aoe.opat.search as search_mod
+    from aoe.opat.space import FactoredSpace
+
+    n = 300
+    bound = 10.0 + 0.2 * np.arange(n)                           # outer choice i cannot beat 10 + 0.2 i
+
+    def expand(outer):                                          # four inner variants per outer choice
+        return (10_000 + 10 * outer[:, :1] + np.arange(4)).reshape(-1, 1)
+
+    def times(rows):
+        x = rows[:, 0]
+        i, j = (x - 10_000) // 10, (x - 10_000) % 10
+        # best near i = 55: the best time keeps dropping while the bound queue walks up from i = 0
+        inner = bound[np.clip(i, 0, n - 1)] + 30.0 * np.exp(-i / 60) + 0.5 * j
+        return np.where(x >= 10_000, inner, 60.0 + (x * 37 % 23))   # outer rows priced with a poor staging
+
+    class Ahead(SimulatorMeasure):                              # "the simulator": the beam prices ahead
+        def __call__(self, o, rows):
+            return times(rows)
+
+    class Plain:
+        bound_is_exact = True
+
+        def __call__(self, o, rows):
+            return times(rows)
+
+    counted: list[list[int]] = []
+    real_count = search_mod._Tracker._count
+    monkeypatch.setattr(search_mod._Tracker, "_count",
+                        lambda self, rows, t: counted.append(rows[:, 0].tolist()) or real_count(self, rows, t))
+    runs = []
+    for measure in (Ahead(SOC), Plain()):
+        counted.clear()
+        space = FactoredSpace(["x"], np.arange(n, dtype=np.int64).reshape(-1, 1), expand, bound.copy())
+        res = beam(space, None, measure, Budget(evaluations=700))
+        runs.append(([r for batch in counted for r in batch], res.time_us, res.evaluations))
+    assert runs[0] == runs[1]
+    assert runs[1][2] > 200          # phase 2 did run
+
+
 # --- measures -----------------------------------------------------------------------------------
 
 def test_as_measure_prunes_only_for_the_simulator():

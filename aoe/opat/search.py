@@ -15,6 +15,7 @@ or a user's device or cost model. The drivers only ever call it with whole batch
 """
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass
 from typing import Callable, ClassVar, Protocol
@@ -122,9 +123,25 @@ class _Tracker:
         rows = rows[: self.left()]
         if not len(rows):
             return np.zeros(0)
+        return self._count(rows, self.price(rows))
+
+    def price(self, rows: np.ndarray) -> np.ndarray:
+        """The measure's times of `rows`, without counting them (a speculative batch)."""
+        if not len(rows):
+            return np.zeros(0)
         times = np.asarray(self.measure(self.op, np.ascontiguousarray(rows)), dtype=np.float64)
         if times.shape != (len(rows),):
             raise AoeError(f"the measure function returned {times.shape} times for {len(rows)} strategies")
+        return times
+
+    def take(self, rows: np.ndarray, times: np.ndarray) -> np.ndarray:
+        """Count rows priced ahead by `price` exactly as `run` would have measured them."""
+        rows = rows[: self.left()]
+        if not len(rows):
+            return np.zeros(0)
+        return self._count(rows, times[: len(rows)])
+
+    def _count(self, rows: np.ndarray, times: np.ndarray) -> np.ndarray:
         times = np.where(np.isnan(times), np.inf, times)
         self.evals += len(rows)
         i = int(np.argmin(times))
@@ -205,29 +222,108 @@ def beam(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget | Non
         by_bound = np.lexsort((times_outer, space.lower_bound))
         by_bound = by_bound[:width] if width is not None else by_bound
     queues = [by_time] + ([by_bound] if by_bound is not None else [])
-    pos = [0] * len(queues)
-    expanded = np.zeros(len(outer), bool)
-    step = 8  # expand a few outer choices per measure call: fewer, larger batches
     turns = [0, 1][: len(queues)]  # a group by priced time, then one by bound
-    while tr.left() and any(p < len(q) for p, q in zip(pos, queues)):
-        for qi in turns:
-            q = queues[qi]
-            group: list[int] = []
-            while pos[qi] < len(q) and len(group) < step:
-                o = int(q[pos[qi]])
-                pos[qi] += 1
-                if lb is not None and lb[o] >= tr.best:
-                    if qi == 1:
-                        pos[qi] = len(q)  # the bound queue is sorted: nothing after it can win
-                        break
-                    continue
-                if expanded[o]:
-                    continue
-                expanded[o] = True
-                group.append(o)
-            if group and tr.left():
-                tr.run(space.expand(outer[np.array(group)]))
+    _expand_best_first(tr, space, _Queues(queues, lb, len(outer)), turns,
+                       speculate=isinstance(measure, SimulatorMeasure))
     return tr.result("beam")
+
+
+class _Queues:
+    """Phase 2's outer choices in queues that take turns, each choice expanded once, pruned by its bound."""
+
+    STEP = 8  # outer choices expanded per group: fewer, larger batches
+
+    def __init__(self, queues: list[np.ndarray], bound: np.ndarray | None, n_outer: int) -> None:
+        # plain lists: groups are formed one outer choice at a time (numpy scalars would cost more)
+        self.queues = [q.tolist() for q in queues]
+        self.bound = bound.tolist() if bound is not None else None
+        self.pos = [0] * len(queues)
+        self.expanded = bytearray(n_outer)
+
+    def clone(self) -> _Queues:
+        """An independent copy (to look ahead without moving this one)."""
+        c = copy.copy(self)
+        c.pos, c.expanded = list(self.pos), bytearray(self.expanded)
+        return c
+
+    def any_left(self) -> bool:
+        return any(p < len(q) for p, q in zip(self.pos, self.queues))
+
+    def take(self, qi: int, best: float) -> list[int]:
+        """The next group of queue `qi`: up to STEP outer choices not expanded yet whose bound beats `best`."""
+        q, pos = self.queues[qi], self.pos
+        group: list[int] = []
+        while pos[qi] < len(q) and len(group) < self.STEP:
+            o = q[pos[qi]]
+            pos[qi] += 1
+            if self.bound is not None and self.bound[o] >= best:
+                if qi == 1:
+                    pos[qi] = len(q)  # the bound queue is sorted: nothing after it can win
+                    break
+                continue
+            if self.expanded[o]:
+                continue
+            self.expanded[o] = 1
+            group.append(o)
+        return group
+
+
+def _expand_best_first(tr: _Tracker, space: FactoredSpace, queues: _Queues, turns: list[int],
+                       speculate: bool) -> None:
+    """Expand groups of outer choices, the queues taking turns, until the budget or the queues run out.
+
+    Which group comes next depends on the best time so far (the bound prunes), so groups are priced
+    one after the other. With the simulator as the measure (cheap, pure), each batch also prices the
+    groups the queues would form next if the best time stayed as it is; those results are used only
+    while it does, and only for exactly the groups formed. The outcome (rows counted, best row,
+    evaluations) is the one group-by-group pricing gives; only the number of measure calls drops.
+    """
+    outer = space.outer
+    ahead: list[tuple[int, list[int], np.ndarray, np.ndarray]] = []  # (queue, group, rows, times) priced ahead
+    ahead_best = tr.best
+    depth = 4  # groups per batch, doubled while look-ahead pays off
+    rows_seen, groups_seen = 0, 0  # to look no further ahead than the budget can take
+    while tr.left() and queues.any_left():
+        for t, qi in enumerate(turns):
+            group = queues.take(qi, tr.best)
+            if not group or not tr.left():
+                continue
+            if ahead and tr.best == ahead_best and ahead[0][0] == qi and ahead[0][1] == group:
+                _, _, rows, times = ahead.pop(0)
+                tr.take(rows, times)
+                if not ahead:
+                    depth = min(64, 2 * depth)
+                continue
+            if ahead:
+                ahead, depth = [], 4  # the best time moved: the groups formed ahead are not the real ones
+            if not speculate:
+                tr.run(space.expand(outer[group]))
+                continue
+            fits = int(tr.left() * groups_seen / rows_seen) if rows_seen else depth
+            plan = [(qi, group)] + _look_ahead(queues.clone(), turns, t, tr.best, min(depth, fits) - 1)
+            rows, bounds = space.expand_groups([outer[g] for _, g in plan])
+            rows_seen, groups_seen = rows_seen + len(rows), groups_seen + len(plan)
+            times = tr.price(rows)
+            ahead_best = tr.best
+            ahead = [(q, g, rows[bounds[i]:bounds[i + 1]], times[bounds[i]:bounds[i + 1]])
+                     for i, (q, g) in enumerate(plan)]
+            _, _, rows0, times0 = ahead.pop(0)
+            tr.take(rows0, times0)
+
+
+def _look_ahead(queues: _Queues, turns: list[int], t: int, best: float, n: int) -> list[tuple[int, list[int]]]:
+    """The next `n` non-empty groups after turn `t`, as the queues would form them with `best` unchanged."""
+    out: list[tuple[int, list[int]]] = []
+    while len(out) < n:
+        t += 1
+        if t == len(turns):
+            t = 0
+            if not queues.any_left():
+                break
+        group = queues.take(turns[t], best)
+        if group:
+            out.append((turns[t], group))
+    return out
 
 
 def _seed(tr: _Tracker, space: FactoredSpace) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import itertools
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -59,6 +59,7 @@ def _small_dims_template() -> np.ndarray:
 
 
 MM_INNER = _small_dims_template()
+_STEP_MAX = int(MM_INNER[:, 2:4].max())     # the largest M/N step of the template
 
 
 def vector_space(soc: Soc, op: VectorOp) -> np.ndarray:
@@ -87,6 +88,11 @@ class FactoredSpace:
     valid: Callable[[np.ndarray], np.ndarray] | None = None   # hard-constraint check (no measurement)
     outer_cols: list[int] | None = None                # fields that identify an outer choice
     fallback: Callable[[np.ndarray], np.ndarray] | None = None  # outer rows -> their leanest staging
+    parent: FactoredSpace | None = None                # a restricted space: its size is at most the parent's
+    # expand of several groups of outer rows in one pass: (rows, start of each group + the end)
+    expand_many: Callable[[list[np.ndarray]], tuple[np.ndarray, np.ndarray]] | None = None
+    # an expander of only one implementation class's rows (matmul: `matmul_impl_class`)
+    expand_impl: Callable[[int], Any] | None = None
 
     def member(self, rows: np.ndarray) -> np.ndarray:
         """True for rows whose outer choice is one of the space's (inner fields are not checked)."""
@@ -97,10 +103,25 @@ class FactoredSpace:
         keys = np.ascontiguousarray(rows[:, self.outer_cols])
         return np.array([k.tobytes() in self._outer_keys for k in keys], bool)
 
+    def expand_groups(self, groups: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """`expand` of each group of outer rows, concatenated, and where each group's rows start (+ the end)."""
+        if self.expand_many is not None and groups:
+            return self.expand_many(groups)
+        parts = [self.expand(g) for g in groups]
+        bounds = np.zeros(len(parts) + 1, np.int64)
+        np.cumsum([len(p) for p in parts], out=bounds[1:])
+        return (np.concatenate(parts) if parts else np.zeros((0, len(self.fields)), np.int64)), bounds
+
     def size_at_most(self, limit: int) -> bool:
         """True if the whole space has at most `limit` strategies (cheap when `count` is known)."""
         if len(self.outer) > limit:
             return False
+        if self.upper_size is None and self.parent is not None:
+            # counted only when a search needs it (most restricted spaces are too large to ask)
+            p = self.parent
+            if p.upper_size is None and p.count is not None:
+                p.upper_size = int(p.count(p.outer))
+            self.upper_size = p.upper_size
         if self.upper_size is not None:
             return self.upper_size <= limit
         if self.count is not None:
@@ -162,8 +183,8 @@ def _add_seed_outer(soc: Soc, space: FactoredSpace, order_col: int) -> None:
     """
     seeds = space.seeds
     cols = space.outer_cols
-    keys = {r.tobytes() for r in np.ascontiguousarray(space.outer[:, cols])}
-    new = [r for r in seeds if np.ascontiguousarray(r[cols]).tobytes() not in keys]
+    known = space.outer[:, cols]
+    new = [r for r in seeds if not (known == r[cols]).all(axis=1).any()]
     if not new:
         return
     add = np.repeat(np.array(new, np.int64), 2, axis=0)
@@ -266,8 +287,9 @@ def matmul_space(soc: Soc, op: MatMul) -> FactoredSpace:
                 rows.append(r)
     outer = np.concatenate(rows) if rows else np.zeros((0, len(MM_FIELDS)), np.int64)
     outer = _mm_default_inner(soc, op, outer)
-    return FactoredSpace(list(MM_FIELDS), outer, lambda o: _mm_expand(soc, op, o), _mm_lower_bound(soc, op, outer),
-                         lambda o: int(_mm_expand(soc, op, o, count_only=True)))
+    expand = _MmExpander(soc, op)
+    return FactoredSpace(list(MM_FIELDS), outer, expand, _mm_lower_bound(soc, op, outer), expand.count,
+                         expand_many=expand.many, expand_impl=expand.only)
 
 
 def _block_sizes(dim: int, cap: int, align: int) -> list[int]:
@@ -330,69 +352,158 @@ def _first_of_each(keys: np.ndarray) -> np.ndarray:
     return np.fromiter(first.values(), np.int64, len(first))
 
 
-def _mm_expand(soc: Soc, op: MatMul, outer: np.ndarray, count_only: bool = False) -> np.ndarray:
-    """Every inner variant of each outer row (duplicates of the same outer shape collapse first)."""
-    ea = DTYPE_BYTES[op.dtype]
-    if count_only and len(outer) > 4096:
-        # count in large vectorised blocks (a count needs masks only, never the rows themselves)
-        rows = outer[_first_of_each(outer[:, _MM_OUTER])]
-        return np.int64(sum(int(_mm_expand(soc, op, rows[i:i + 4096], count_only=True))
-                            for i in range(0, len(rows), 4096)))
-    outer = outer[_first_of_each(outer[:, _MM_OUTER])]
+def matmul_impl_class(op: MatMul, rows: np.ndarray) -> np.ndarray:
+    """Class of each matmul strategy: 0 standard, 1 A resident in L1, 2 B resident, 3 split-K."""
+    s_m = np.minimum(rows[:, _F["singleCoreM"]], op.m)
+    s_n = np.minimum(rows[:, _F["singleCoreN"]], op.n)
+    s_k = np.minimum(rows[:, _F["singleCoreK"]], op.k)
+    a_res = (rows[:, _F["stepM"]] * rows[:, _F["baseM"]] >= s_m) & (rows[:, _F["stepKa"]] * rows[:, _F["baseK"]] >= s_k)
+    b_res = (rows[:, _F["stepN"]] * rows[:, _F["baseN"]] >= s_n) & (rows[:, _F["stepKb"]] * rows[:, _F["baseK"]] >= s_k)
+    cls = np.where(a_res, 1, np.where(b_res, 2, 0))
+    return np.where(rows[:, _F["singleCoreK"]] < op.k, 3, cls)
+
+
+# the inner fields a staging sets, in the order of `_MmExpander._stagings`' columns
+_MM_STAGING = [_F[f] for f in ("stepKa", "stepKb", "stepM", "stepN", "iterateOrder", "depthA1", "depthB1")]
+
+
+@functools.lru_cache(maxsize=4096)
+def _k_stagings(bk: int, k_iter: int) -> tuple[np.ndarray, np.ndarray]:
+    """The `MM_INNER` template for one K block and K-iteration count: the staging fields of every
+    template row (columns as `_MM_STAGING`) and which rows are legal on the K side alone."""
     t = MM_INNER  # stepKa, stepKb, stepM, stepN, order, L1 db A, L1 db B
-    n_o, n_t = len(outer), len(t)
-    bm, bn, bk = (outer[:, _F[f]][:, None] for f in ("baseM", "baseN", "baseK"))
-    s_m, s_n, s_k = (outer[:, _F[f]] for f in ("singleCoreM", "singleCoreN", "singleCoreK"))
-    m_iter = _cdiv(np.minimum(s_m, op.m), outer[:, _F["baseM"]])[:, None]
-    n_iter = _cdiv(np.minimum(s_n, op.n), outer[:, _F["baseN"]])[:, None]
-    k_iter = _cdiv(np.minimum(s_k, op.k), outer[:, _F["baseK"]])[:, None]
-    chunk = np.maximum(1, np.minimum(k_iter, np.maximum(1, 256 // bk)))
-    ska = np.where(t[None, :, 0] == 0, k_iter, np.where(t[None, :, 0] == -1, chunk, t[None, :, 0]))
-    skb = np.where(t[None, :, 1] == 0, k_iter, np.where(t[None, :, 1] == -1, chunk, t[None, :, 1]))
+    chunk = max(1, min(k_iter, max(1, 256 // bk)))
+    ska = np.where(t[:, 0] == 0, k_iter, np.where(t[:, 0] == -1, chunk, t[:, 0]))
+    skb = np.where(t[:, 1] == 0, k_iter, np.where(t[:, 1] == -1, chunk, t[:, 1]))
     pow2 = (ska & (ska - 1)) == 0
-    fresh = (t[None, :, 0] > 0) | ((~pow2 | (ska > 16)) & ((t[None, :, 0] == 0) | (ska != k_iter)))
-    da = t[None, :, 2] * ska * (1 + t[None, :, 5])
-    db = t[None, :, 3] * skb * (1 + t[None, :, 6])
-    l1 = (da * bm + db * bn) * bk * ea + (t[None, :, 3] * bn * 4 if op.bias else 0)
-    ok = ((ska <= k_iter) & (skb <= k_iter) & (t[None, :, 2] <= m_iter)
-          & (t[None, :, 3] <= n_iter) & (l1 <= soc.l1) & fresh)
-    if count_only:
-        per = ok.sum(axis=1)
-        if (op.m * op.k + op.k * op.n) * ea > 0.5 * soc.l2:
-            mb = _cdiv(op.m, outer[:, _F["singleCoreM"]])
-            nb = _cdiv(op.n, outer[:, _F["singleCoreN"]])
-            l2 = 1 + sum(2 * ((cm <= mb) & (cn <= nb)) for cm, cn in itertools.product((1, 2, 4), repeat=2)
-                         if (cm, cn) != (1, 1))
-            per = per * l2
-        return np.int64(per.sum())
-    oi, ti = np.nonzero(ok)
-    base = outer[oi]
-    base[:, _F["stepKa"]], base[:, _F["stepKb"]] = ska[oi, ti], skb[oi, ti]
-    base[:, _F["stepM"]], base[:, _F["stepN"]] = t[ti, 2], t[ti, 3]
-    base[:, _F["iterateOrder"]] = t[ti, 4]
-    base[:, _F["depthA1"]] = np.broadcast_to(da, (n_o, n_t))[oi, ti]
-    base[:, _F["depthB1"]] = np.broadcast_to(db, (n_o, n_t))[oi, ti]
-    mb, nb = _cdiv(op.m, base[:, _F["singleCoreM"]]), _cdiv(op.n, base[:, _F["singleCoreN"]])
-    base[:, _F["tilingEnable"]] = 0
-    base[:, _F["l2MTileCnt"]] = base[:, _F["l2NTileCnt"]] = 1
-    base[:, _F["l2MTileBlock"]], base[:, _F["l2NTileBlock"]] = mb, nb
-    base[:, _F["l2IterateOrder"]] = 0
-    if (op.m * op.k + op.k * op.n) * ea <= 0.5 * soc.l2:
-        return base
-    variants = [base]
-    for cm, cn in itertools.product((1, 2, 4), repeat=2):
-        if (cm, cn) == (1, 1):
-            continue
-        sel = (cm <= mb) & (cn <= nb)
-        for order in (0, 1):
-            v = base[sel].copy()
-            blm, bln = _cdiv(mb[sel], cm), _cdiv(nb[sel], cn)
-            v[:, _F["tilingEnable"]] = 1
-            v[:, _F["l2MTileBlock"]], v[:, _F["l2NTileBlock"]] = blm, bln
-            v[:, _F["l2MTileCnt"]], v[:, _F["l2NTileCnt"]] = _cdiv(mb[sel], blm), _cdiv(nb[sel], bln)
-            v[:, _F["l2IterateOrder"]] = order
-            variants.append(v)
-    return np.concatenate(variants)
+    # the whole-panel and 256-chunk rows only where they are not one of the powers of two already
+    fresh = (t[:, 0] > 0) | ((~pow2 | (ska > 16)) & ((t[:, 0] == 0) | (ska != k_iter)))
+    table = np.stack([ska, skb, t[:, 2], t[:, 3], t[:, 4], t[:, 2] * ska * (1 + t[:, 5]),
+                      t[:, 3] * skb * (1 + t[:, 6])], axis=1)
+    legal = (ska <= k_iter) & (skb <= k_iter) & fresh
+    table.setflags(write=False)
+    legal.setflags(write=False)
+    return table, legal
+
+
+class _MmExpander:
+    """Every inner variant of matmul outer rows.
+
+    The legal L1 stagings of an outer row depend only on its base block and its iteration counts
+    (baseM/N/K, kIter, mIter/nIter up to the largest step, split-K or not): a handful of classes
+    however many core splits share them. Each class's stagings are derived once (from the
+    `MM_INNER` template, see `_k_stagings`) and reused, so a search that expands a few outer rows
+    at a time does not pay the template's masks again for each of them.
+    """
+
+    def __init__(self, soc: Soc, op: MatMul, impl: int | None = None) -> None:
+        self.soc, self.op, self.impl = soc, op, impl
+        self.ea = DTYPE_BYTES[op.dtype]
+        # operands beyond half of L2: L2 tiling variants too
+        self.l2 = (op.m * op.k + op.k * op.n) * self.ea > 0.5 * soc.l2
+        self._classes: dict[tuple[int, ...], np.ndarray] = {}
+
+    def only(self, impl: int) -> _MmExpander:
+        """An expander of the same rows restricted to one implementation class (`matmul_impl_class`)."""
+        return _MmExpander(self.soc, self.op, impl)
+
+    def _stagings(self, key: tuple[int, ...]) -> np.ndarray:
+        """The legal stagings of one class (rows of `_MM_STAGING` values, in template order)."""
+        got = self._classes.get(key)
+        if got is not None:
+            return got
+        bm, bn, bk, m_iter, n_iter, k_iter, split_k = key
+        table, legal = _k_stagings(bk, k_iter)
+        ska, skb, step_m, step_n, da, db = (table[:, j] for j in (0, 1, 2, 3, 5, 6))
+        l1 = (da * bm + db * bn) * bk * self.ea + (step_n * bn * 4 if self.op.bias else 0)
+        ok = legal & (step_m <= m_iter) & (step_n <= n_iter) & (l1 <= self.soc.l1)
+        if self.impl is not None:
+            # `matmul_impl_class` of these rows: stepM * baseM >= min(singleCoreM, M) is stepM >= mIter, ...
+            a_res = (step_m >= m_iter) & (ska >= k_iter)
+            b_res = (step_n >= n_iter) & (skb >= k_iter)
+            cls = np.full(len(table), 3) if split_k else np.where(a_res, 1, np.where(b_res, 2, 0))
+            ok &= cls == self.impl
+        got = table[ok]
+        self._classes[key] = got
+        return got
+
+    def _classes_of(self, outer: np.ndarray) -> list[np.ndarray]:
+        """The stagings of each outer row's class."""
+        op = self.op
+        bm, bn, bk = (outer[:, _F[f]] for f in ("baseM", "baseN", "baseK"))
+        # the template's M/N steps are at most _STEP_MAX: beyond one more, mIter and nIter make no difference
+        keys = np.stack([bm, bn, bk,
+                         np.minimum(_cdiv(np.minimum(outer[:, _F["singleCoreM"]], op.m), bm), _STEP_MAX + 1),
+                         np.minimum(_cdiv(np.minimum(outer[:, _F["singleCoreN"]], op.n), bn), _STEP_MAX + 1),
+                         _cdiv(np.minimum(outer[:, _F["singleCoreK"]], op.k), bk),
+                         outer[:, _F["singleCoreK"]] < op.k], axis=1)
+        return [self._stagings(tuple(k)) for k in keys.tolist()]
+
+    def _l2_variants(self, mb: np.ndarray, nb: np.ndarray) -> np.ndarray:
+        """How many L2 tilings each row has (1 without L2 tiling)."""
+        if not self.l2:
+            return np.ones(len(mb), np.int64)
+        return 1 + sum(2 * ((cm <= mb) & (cn <= nb)) for cm, cn in itertools.product((1, 2, 4), repeat=2)
+                       if (cm, cn) != (1, 1))
+
+    def count(self, outer: np.ndarray) -> int:
+        """Size of `expand(outer)` without building it."""
+        if not len(outer):
+            return 0
+        outer = outer[_first_of_each(outer[:, _MM_OUTER])]
+        per = np.fromiter((len(s) for s in self._classes_of(outer)), np.int64, len(outer))
+        mb = _cdiv(self.op.m, outer[:, _F["singleCoreM"]])
+        nb = _cdiv(self.op.n, outer[:, _F["singleCoreN"]])
+        return int((per * self._l2_variants(mb, nb)).sum())
+
+    def __call__(self, outer: np.ndarray) -> np.ndarray:
+        """Every inner variant of each outer row (duplicates of the same outer shape collapse first)."""
+        outer = outer[_first_of_each(outer[:, _MM_OUTER])]
+        return self._expand(outer, np.zeros(len(outer), np.int64))[0]
+
+    def many(self, groups: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """`self(group)` of every group at once: the rows, group after group, and where each group starts."""
+        gid = np.repeat(np.arange(len(groups)), [len(g) for g in groups])
+        outer = np.concatenate(groups)
+        first = _first_of_each(np.column_stack([gid, outer[:, _MM_OUTER]]))  # duplicates collapse per group
+        rows, rgid = self._expand(outer[first], gid[first])
+        if self.l2:  # the L2 variants come after their group's plain rows, as `self(group)` orders them
+            order = np.argsort(rgid, kind="stable")
+            rows, rgid = rows[order], rgid[order]
+        return rows, np.searchsorted(rgid, np.arange(len(groups) + 1))
+
+    def _expand(self, outer: np.ndarray, gid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The inner variants of distinct outer rows (and the group of each variant, from `gid`)."""
+        op = self.op
+        stagings = self._classes_of(outer)
+        counts = [len(s) for s in stagings]
+        base = np.repeat(outer, counts, axis=0)
+        bgid = np.repeat(gid, counts)
+        if not len(base):
+            return base, bgid
+        base[:, _MM_STAGING] = np.concatenate(stagings)
+        mb, nb = _cdiv(op.m, base[:, _F["singleCoreM"]]), _cdiv(op.n, base[:, _F["singleCoreN"]])
+        base[:, _F["tilingEnable"]] = 0
+        base[:, _F["l2MTileCnt"]] = base[:, _F["l2NTileCnt"]] = 1
+        base[:, _F["l2MTileBlock"]], base[:, _F["l2NTileBlock"]] = mb, nb
+        base[:, _F["l2IterateOrder"]] = 0
+        if not self.l2:
+            return base, bgid
+        variants, vgids = [base], [bgid]
+        for cm, cn in itertools.product((1, 2, 4), repeat=2):
+            if (cm, cn) == (1, 1):
+                continue
+            sel = (cm <= mb) & (cn <= nb)
+            for order in (0, 1):
+                v = base[sel].copy()
+                blm, bln = _cdiv(mb[sel], cm), _cdiv(nb[sel], cn)
+                v[:, _F["tilingEnable"]] = 1
+                v[:, _F["l2MTileBlock"]], v[:, _F["l2NTileBlock"]] = blm, bln
+                v[:, _F["l2MTileCnt"]], v[:, _F["l2NTileCnt"]] = _cdiv(mb[sel], blm), _cdiv(nb[sel], bln)
+                v[:, _F["l2IterateOrder"]] = order
+                variants.append(v)
+                vgids.append(bgid[sel])
+        return np.concatenate(variants), np.concatenate(vgids)
 
 
 def _mm_lower_bound(soc: Soc, op: MatMul, outer: np.ndarray) -> np.ndarray:
@@ -464,7 +575,7 @@ def conv_space(soc: Soc, op: Conv2D) -> FactoredSpace:
     rows[:, _C["kL0"]], rows[:, _C["nL0"]] = k_l0s[ki], n_l0s[ni]
     outer = rows[np.lexsort(rows.T[::-1])]  # lexicographic order (ties of the bound break the same way)
     # default inner: smallest L1 staging that is legal, full ping-pong
-    outer = _conv_inner(soc, op, outer, filt, win, c0, k_al, default_only=True)
+    outer = _conv_default_inner(soc, op, outer, filt, win, c0, k_al)
     # Cube work of the busiest core (padding to 16 / C0 included): no staging can go below it
     gd, bd, hd, nd = (outer[:, _C[f]] for f in ("groupDim", "batchDim", "hoDim", "nDim"))
     if filt:
@@ -477,8 +588,8 @@ def conv_space(soc: Soc, op: Conv2D) -> FactoredSpace:
         k_ = np.full(len(outer), k_al // c0)
     cube = m * n_ * k_ * _cdiv(g, gd)
     lb = soc.launch_us + cube.astype(np.float64) / soc.freq_mhz
-    return FactoredSpace(list(CONV_FIELDS), outer,
-                         lambda o: _conv_inner(soc, op, o, filt, win, c0, k_al, default_only=False), lb)
+    expand = _ConvExpander(op, filt, win, c0, k_al)
+    return FactoredSpace(list(CONV_FIELDS), outer, expand, lb, expand_many=expand.many)
 
 
 @functools.lru_cache(maxsize=16)
@@ -507,12 +618,12 @@ def _conv_splits(cores: int, g: int, n: int, out_h: int, n_units: int) -> np.nda
     return splits[loads <= 2 * loads.min()]
 
 
-def _conv_inner(soc: Soc, op: Conv2D, outer: np.ndarray, filt: bool, win: int, c0: int, k_al: int,
-                default_only: bool) -> np.ndarray:
-    """L1 staging of each outer conv row: hoL1 multiples, K chunks in whole windows, L1 ping-pong, order.
+def _conv_default_inner(soc: Soc, op: Conv2D, outer: np.ndarray, filt: bool, win: int, c0: int,
+                        k_al: int) -> np.ndarray:
+    """One legal L1 staging per outer conv row, in both iterate orders: what a search's outer phase prices.
 
-    With `default_only`, one legal staging per row (smallest rows, largest K chunk, all ping-pong) in
-    both iterate orders: what the outer phase of a search prices.
+    The smallest hoL1 multiple, the largest K chunk in whole windows (dW: the smallest), full ping-pong;
+    a row with no legal staging is dropped. `_ConvExpander` gives every staging.
     """
     if not len(outer):
         return outer.reshape(-1, len(CONV_FIELDS))
@@ -524,10 +635,7 @@ def _conv_inner(soc: Soc, op: Conv2D, outer: np.ndarray, filt: bool, win: int, c
     ho_core = _cdiv(out_h, outer[:, _C["hoDim"]])
     ho_l0, k_l0 = outer[:, _C["hoL0"]], outer[:, _C["kL0"]]
     mults = np.array([1, 2, 4, 8])
-    pbufs = np.array([28, 29, 30, 31])  # L0 ping-pong always (dominant); L1 A/B ping-pong enumerated
-    # candidate table per row: (hoL1 mult, kAL1, kBL1, pbuf, order), masked where illegal
-    hm = mults[None, :]
-    hm_ok = ho_l0[:, None] * hm <= np.maximum(ho_core, ho_l0)[:, None]
+    hm_ok = ho_l0[:, None] * mults[None, :] <= np.maximum(ho_core, ho_l0)[:, None]
     if filt:
         ka = k_l0[:, None] * mults[None, :3]
         ka_ok = ka <= _align(co_g, 16)
@@ -536,33 +644,79 @@ def _conv_inner(soc: Soc, op: Conv2D, outer: np.ndarray, filt: bool, win: int, c
     else:
         ka = win * mults[None, :]
         ka_ok = (ka <= _cdiv(k_al, win) * win) & (ka % k_l0[:, None] == 0)
-        kb, kb_ok = None, None
     ka = np.broadcast_to(ka, (len(outer), ka.shape[1]))
     ka_ok = np.broadcast_to(ka_ok, ka.shape)
-    if default_only:
-        # one legal staging per outer row: smallest hoL1, the largest K chunk (dW: the smallest), all ping-pong
-        ok_row = hm_ok.any(axis=1) & ka_ok.any(axis=1) & (kb_ok.any(axis=1) if filt else True)
-        i_h = np.argmax(hm_ok, axis=1)
-        i_a = np.argmax(ka_ok, axis=1) if filt else ka_ok.shape[1] - 1 - np.argmax(ka_ok[:, ::-1], axis=1)
-        staged = outer[ok_row].copy()
-        idx = np.flatnonzero(ok_row)
-        staged[:, _C["hoL1"]] = ho_l0[ok_row] * mults[i_h[ok_row]]
-        staged[:, _C["kAL1"]] = ka[idx, i_a[ok_row]]
-        staged[:, _C["kBL1"]] = kb[0, np.argmax(kb_ok, axis=1)[ok_row]] if filt else staged[:, _C["kAL1"]]
-        pb = np.array([31])
-    else:
-        # every legal (hoL1 multiple, kAL1, kBL1) of every row at once
-        kb_mask = kb_ok[:, None, None, :] if filt else np.ones((len(outer), 1, 1, 1), bool)
-        mask = hm_ok[:, :, None, None] & ka_ok[:, None, :, None] & kb_mask
-        r, ih, ia, ib = np.nonzero(mask)
-        if not len(r):
-            return np.zeros((0, len(CONV_FIELDS)), np.int64)
-        staged = outer[r].copy()
-        staged[:, _C["hoL1"]] = ho_l0[r] * mults[ih]
-        staged[:, _C["kAL1"]] = ka[r, ia]
-        staged[:, _C["kBL1"]] = kb[0, ib] if filt else staged[:, _C["kAL1"]]
-        pb = pbufs
-    out = np.repeat(staged, len(pb) * 2, axis=0)
-    out[:, _C["pBufferFlag"]] = np.tile(np.repeat(pb, 2), len(staged))
-    out[:, _C["iterateMNOrder"]] = np.tile(np.array([0, 1]), len(staged) * len(pb))
+    ok_row = hm_ok.any(axis=1) & ka_ok.any(axis=1) & (kb_ok.any(axis=1) if filt else True)
+    i_h = np.argmax(hm_ok, axis=1)
+    i_a = np.argmax(ka_ok, axis=1) if filt else ka_ok.shape[1] - 1 - np.argmax(ka_ok[:, ::-1], axis=1)
+    staged = outer[ok_row].copy()
+    idx = np.flatnonzero(ok_row)
+    staged[:, _C["hoL1"]] = ho_l0[ok_row] * mults[i_h[ok_row]]
+    staged[:, _C["kAL1"]] = ka[idx, i_a[ok_row]]
+    staged[:, _C["kBL1"]] = kb[0, np.argmax(kb_ok, axis=1)[ok_row]] if filt else staged[:, _C["kAL1"]]
+    out = np.repeat(staged, 2, axis=0)
+    out[:, _C["pBufferFlag"]] = 31
+    out[:, _C["iterateMNOrder"]] = np.tile(np.array([0, 1]), len(staged))
     return out
+
+
+_CONV_STAGING = [_C[f] for f in ("hoL1", "kAL1", "kBL1", "pBufferFlag", "iterateMNOrder")]
+
+
+class _ConvExpander:
+    """Every L1 staging of conv outer rows (hoL1 multiples, K chunks in whole windows, L1 ping-pong, order).
+
+    The legal stagings of an outer row depend only on its L0 rows, its rows per core, its K block
+    and (dW) its channel split: each class's stagings are derived once and reused, in the order
+    hoL1 multiple, kAL1, kBL1, then ping-pong (L0 always, L1 A/B enumerated) and iterate order.
+    """
+
+    def __init__(self, op: Conv2D, filt: bool, win: int, c0: int, k_al: int) -> None:
+        self.filt, self.win, self.k_al = filt, win, k_al
+        _, c, h, _ = op.x
+        self.c1_total = _cdiv(c // op.groups, c0)
+        self.co_g = op.weight[0] // op.groups
+        self.out_h = h if op.op_type.endswith("BackpropInput") else op.out_hw[0]
+        self._classes: dict[tuple[int, ...], np.ndarray] = {}
+
+    def _stagings(self, key: tuple[int, ...]) -> np.ndarray:
+        """The legal stagings of one class (rows of `_CONV_STAGING` values, in the expansion's order)."""
+        got = self._classes.get(key)
+        if got is None:
+            ho_l0, ho_core, k_l0, n_dim = key
+            hm = [m for m in (1, 2, 4, 8) if ho_l0 * m <= max(ho_core, ho_l0)]
+            if self.filt:
+                ka = [k_l0 * m for m in (1, 2, 4) if k_l0 * m <= _align(self.co_g, 16)]
+                kb: list[int | None] = [self.win * m for m in (1, 2, 4) if m <= _cdiv(self.c1_total, n_dim)]
+            else:
+                ka = [self.win * m for m in (1, 2, 4, 8)
+                      if self.win * m <= _cdiv(self.k_al, self.win) * self.win and (self.win * m) % k_l0 == 0]
+                kb = [None]     # kBL1 = kAL1
+            rows = [(ho_l0 * m, a, a if b is None else b, pb, order)
+                    for m in hm for a in ka for b in kb for pb in (28, 29, 30, 31) for order in (0, 1)]
+            got = self._classes[key] = np.array(rows, np.int64).reshape(-1, len(_CONV_STAGING))
+        return got
+
+    def __call__(self, outer: np.ndarray) -> np.ndarray:
+        """Every staging of each outer row, row by row."""
+        return self._expand(outer)[0]
+
+    def many(self, groups: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """`self(group)` of every group at once: the rows, group after group, and where each group starts."""
+        rows, counts = self._expand(np.concatenate(groups))
+        per_row = np.zeros(len(counts) + 1, np.int64)
+        np.cumsum(counts, out=per_row[1:])
+        return rows, per_row[np.concatenate([[0], np.cumsum([len(g) for g in groups])])]
+
+    def _expand(self, outer: np.ndarray) -> tuple[np.ndarray, list[int]]:
+        """The stagings of each outer row, and how many each has."""
+        if not len(outer):
+            return outer.reshape(-1, len(CONV_FIELDS)), []
+        keys = np.stack([outer[:, _C["hoL0"]], _cdiv(self.out_h, outer[:, _C["hoDim"]]), outer[:, _C["kL0"]],
+                         outer[:, _C["nDim"]] if self.filt else np.zeros(len(outer), np.int64)], axis=1)
+        stagings = [self._stagings(tuple(k)) for k in keys.tolist()]
+        counts = [len(st) for st in stagings]
+        out = np.repeat(outer, counts, axis=0)
+        if len(out):
+            out[:, _CONV_STAGING] = np.concatenate(stagings)
+        return out, counts

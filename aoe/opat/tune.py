@@ -35,24 +35,13 @@ from ..sim.heuristics import MM_FIELDS, default_vector
 from ..sim.ops import DTYPE_BYTES
 from ..soc import Soc, load_soc
 from .search import Budget, Measure, SearchResult, as_measure, search, simulator_measure
-from .space import FactoredSpace, space_for
+from .space import FactoredSpace, matmul_impl_class, space_for
 
 KINDS = ("Schedule", "Format", "Impl")
 _F = {name: i for i, name in enumerate(MM_FIELDS)}
 
 
 # --- implementation classes of a matmul tiling --------------------------------------------------
-
-def matmul_impl_class(op: MatMul, rows: np.ndarray) -> np.ndarray:
-    """Class of each matmul strategy: 0 standard, 1 A resident in L1, 2 B resident, 3 split-K."""
-    s_m = np.minimum(rows[:, _F["singleCoreM"]], op.m)
-    s_n = np.minimum(rows[:, _F["singleCoreN"]], op.n)
-    s_k = np.minimum(rows[:, _F["singleCoreK"]], op.k)
-    a_res = (rows[:, _F["stepM"]] * rows[:, _F["baseM"]] >= s_m) & (rows[:, _F["stepKa"]] * rows[:, _F["baseK"]] >= s_k)
-    b_res = (rows[:, _F["stepN"]] * rows[:, _F["baseN"]] >= s_n) & (rows[:, _F["stepKb"]] * rows[:, _F["baseK"]] >= s_k)
-    cls = np.where(a_res, 1, np.where(b_res, 2, 0))
-    return np.where(rows[:, _F["singleCoreK"]] < op.k, 3, cls)
-
 
 MATMUL_IMPLS = {0: "standard", 1: "a_resident_l1", 2: "b_resident_l1", 3: "split_k"}
 # Split-K adds the fp32 partial sums of several cores atomically, in an order that changes the
@@ -61,22 +50,37 @@ MATMUL_IMPL_MODES = {0: BOTH, 1: BOTH, 2: BOTH, 3: PERF_ONLY}
 
 
 def _restricted(space: FactoredSpace, keep: Callable[[np.ndarray], np.ndarray],
-                restage: Callable[[np.ndarray], np.ndarray] | None = None) -> FactoredSpace:
+                restage: Callable[[np.ndarray], np.ndarray] | None = None, members: Any = None) -> FactoredSpace:
     """The same space with only the rows `keep` accepts.
 
     `restage` first moves each outer row's default staging into the class where it can (e.g. a
     whole K panel in L1 for the resident classes), so the outer phase of a search prices a member.
+    `members`: an expander that yields only the rows `keep` accepts (`space.expand_impl(cls)`), so
+    no row is built only to be filtered out.
     """
     outer = restage(space.outer) if restage is not None else space.outer
     mask = keep(outer)
     lb = space.lower_bound[mask] if space.lower_bound is not None else None
-    # a restricted space is at most as large as the full one (exact size would need filtering)
-    full_size = space.upper_size
-    if full_size is None and space.count is not None:
-        full_size = space.upper_size = int(space.count(space.outer))
     seeds = space.seeds[keep(space.seeds)] if space.seeds is not None and len(space.seeds) else None
+
+    if members is not None:
+        return FactoredSpace(space.fields, outer[mask], members, lb, upper_size=space.upper_size,
+                             seeds=seeds if seeds is not None and len(seeds) else None, parent=space,
+                             expand_many=members.many)
+
+    def many(groups: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        rows, bounds = space.expand_groups(groups)
+        if not len(rows):
+            return rows, bounds
+        ok = keep(rows)
+        kept = np.zeros(len(rows) + 1, np.int64)
+        np.cumsum(ok, out=kept[1:])
+        return rows[ok], kept[bounds]
+
+    # a restricted space is at most as large as the full one (exact size would need filtering)
     return FactoredSpace(space.fields, outer[mask], lambda o: _filter(space.expand(o), keep), lb,
-                         upper_size=full_size, seeds=seeds if seeds is not None and len(seeds) else None)
+                         upper_size=space.upper_size, seeds=seeds if seeds is not None and len(seeds) else None,
+                         parent=space, expand_many=many)
 
 
 def _filter(rows: np.ndarray, keep: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
@@ -340,7 +344,8 @@ def _class_space(soc: Soc, op: SimOp, cls: int | None, space: FactoredSpace) -> 
         return space
     if isinstance(op, MatMul):
         return _restricted(space, lambda rows: matmul_impl_class(op, rows) == cls,
-                           lambda outer: _mm_restage(op, soc, cls, outer))
+                           lambda outer: _mm_restage(op, soc, cls, outer),
+                           space.expand_impl(cls) if space.expand_impl is not None else None)
     if isinstance(op, VectorOp):
         return _restricted(space, lambda rows: rows[:, 3] == cls)
     return space
