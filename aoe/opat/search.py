@@ -15,7 +15,6 @@ or a user's device or cost model. The drivers only ever call it with whole batch
 """
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass
 from typing import Callable, ClassVar, Protocol
@@ -240,12 +239,6 @@ class _Queues:
         self.pos = [0] * len(queues)
         self.expanded = bytearray(n_outer)
 
-    def clone(self) -> _Queues:
-        """An independent copy (to look ahead without moving this one)."""
-        c = copy.copy(self)
-        c.pos, c.expanded = list(self.pos), bytearray(self.expanded)
-        return c
-
     def any_left(self) -> bool:
         return any(p < len(q) for p, q in zip(self.pos, self.queues))
 
@@ -273,57 +266,57 @@ def _expand_best_first(tr: _Tracker, space: FactoredSpace, queues: _Queues, turn
     """Expand groups of outer choices, the queues taking turns, until the budget or the queues run out.
 
     Which group comes next depends on the best time so far (the bound prunes), so groups are priced
-    one after the other. With the simulator as the measure (cheap, pure), each batch also prices the
-    groups the queues would form next if the best time stayed as it is; those results are used only
-    while it does, and only for exactly the groups formed. The outcome (rows counted, best row,
-    evaluations) is the one group-by-group pricing gives; only the number of measure calls drops.
+    one after the other. With the simulator as the measure (cheap, pure), the groups the queues would
+    form next if the best time stayed as it is are formed ahead and priced in one call; they are taken
+    in order while the best time does stay, and when a group moves it the queues are rewound to just
+    after that group. The outcome (rows counted, best row, evaluations) is the one group-by-group
+    pricing gives; only the number of measure calls drops.
     """
     outer = space.outer
-    ahead: list[tuple[int, list[int], np.ndarray, np.ndarray]] = []  # (queue, group, rows, times) priced ahead
-    ahead_best = tr.best
-    depth = 4  # groups per batch, doubled while look-ahead pays off
-    rows_seen, groups_seen = 0, 0  # to look no further ahead than the budget can take
-    while tr.left() and queues.any_left():
-        for t, qi in enumerate(turns):
-            group = queues.take(qi, tr.best)
-            if not group or not tr.left():
-                continue
-            if ahead and tr.best == ahead_best and ahead[0][0] == qi and ahead[0][1] == group:
-                _, _, rows, times = ahead.pop(0)
-                tr.take(rows, times)
-                if not ahead:
-                    depth = min(64, 2 * depth)
-                continue
-            if ahead:
-                ahead, depth = [], 4  # the best time moved: the groups formed ahead are not the real ones
-            if not speculate:
+    t = 0              # whose turn it is
+    depth = 4          # groups formed ahead, doubled while the best time holds
+    rows_seen = groups_seen = 0
+    while True:
+        if t == 0 and not (tr.left() and queues.any_left()):
+            return
+        if not speculate:
+            group = queues.take(turns[t], tr.best)
+            t = (t + 1) % len(turns)
+            if group and tr.left():
                 tr.run(space.expand(outer[group]))
-                continue
-            fits = int(tr.left() * groups_seen / rows_seen) if rows_seen else depth
-            plan = [(qi, group)] + _look_ahead(queues.clone(), turns, t, tr.best, min(depth, fits) - 1)
-            rows, bounds = space.expand_groups([outer[g] for _, g in plan])
-            rows_seen, groups_seen = rows_seen + len(rows), groups_seen + len(plan)
-            times = tr.price(rows)
-            ahead_best = tr.best
-            ahead = [(q, g, rows[bounds[i]:bounds[i + 1]], times[bounds[i]:bounds[i + 1]])
-                     for i, (q, g) in enumerate(plan)]
-            _, _, rows0, times0 = ahead.pop(0)
-            tr.take(rows0, times0)
-
-
-def _look_ahead(queues: _Queues, turns: list[int], t: int, best: float, n: int) -> list[tuple[int, list[int]]]:
-    """The next `n` non-empty groups after turn `t`, as the queues would form them with `best` unchanged."""
-    out: list[tuple[int, list[int]]] = []
-    while len(out) < n:
-        t += 1
-        if t == len(turns):
-            t = 0
-            if not queues.any_left():
+            continue
+        best = tr.best
+        # look no further ahead than the budget can take (from the rows groups gave so far)
+        fits = max(1, int(tr.left() * groups_seen / rows_seen)) if rows_seen else depth
+        plan: list[tuple[list[int], list[int], int]] = []     # (group, queue positions after it, next turn)
+        while len(plan) < min(depth, fits):
+            if t == 0 and plan and not queues.any_left():
                 break
-        group = queues.take(turns[t], best)
-        if group:
-            out.append((turns[t], group))
-    return out
+            group = queues.take(turns[t], best)
+            t = (t + 1) % len(turns)
+            if group:
+                plan.append((group, list(queues.pos), t))
+            elif t == 0 and not queues.any_left():
+                break
+        if not plan:
+            continue
+        rows, bounds = space.expand_groups([outer[g] for g, _, _ in plan])
+        rows_seen, groups_seen = rows_seen + len(rows), groups_seen + len(plan)
+        times = tr.price(rows)
+        for i, (_, pos, turn) in enumerate(plan):
+            if not tr.left():
+                return
+            tr.take(rows[bounds[i]:bounds[i + 1]], times[bounds[i]:bounds[i + 1]])
+            if tr.best != best and i + 1 < len(plan):
+                # the groups after this one were formed with a best time that no longer holds
+                queues.pos[:] = pos
+                for g, _, _ in plan[i + 1:]:
+                    for o in g:
+                        queues.expanded[o] = 0
+                t, depth = turn, 4
+                break
+        else:
+            depth = min(64, 2 * depth)
 
 
 def _seed(tr: _Tracker, space: FactoredSpace) -> None:

@@ -367,6 +367,44 @@ def matmul_impl_class(op: MatMul, rows: np.ndarray) -> np.ndarray:
 _MM_STAGING = [_F[f] for f in ("stepKa", "stepKb", "stepM", "stepN", "iterateOrder", "depthA1", "depthB1")]
 
 
+def _classes(keys: np.ndarray, stagings: Callable[[tuple[int, ...]], np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
+    """The stagings of each distinct class key among `keys` (one per row, non-negative ints; `stagings(key)`
+    asked once per distinct key) and the index of each row's class."""
+    radix = keys.max(axis=0) + 1 if len(keys) else np.ones(keys.shape[1], np.int64)
+    if float(np.prod(radix.astype(np.float64))) < 2.0 ** 62:
+        codes = np.zeros(len(keys), np.int64)      # one int per key: a 1-D unique is much cheaper
+        for j in range(keys.shape[1]):
+            codes = codes * radix[j] + keys[:, j]
+        _, first, inv = np.unique(codes, return_index=True, return_inverse=True)
+        uniq = keys[first]
+    else:
+        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    return [stagings(tuple(k)) for k in uniq.tolist()], inv.ravel()
+
+
+def _class_counts(keys: np.ndarray, stagings: Callable[[tuple[int, ...]], np.ndarray]) -> np.ndarray:
+    """How many stagings each row's class has."""
+    tables, inv = _classes(keys, stagings)
+    return np.fromiter((len(t) for t in tables), np.int64, len(tables))[inv]
+
+
+def _by_class(keys: np.ndarray, stagings: Callable[[tuple[int, ...]], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's class stagings, gathered at once: (the stagings of every row, one after the other;
+    how many each row has)."""
+    tables, inv = _classes(keys, stagings)
+    sizes = np.fromiter((len(t) for t in tables), np.int64, len(tables))
+    counts = sizes[inv]
+    total = int(counts.sum())
+    if not total:
+        return np.zeros((0, tables[0].shape[1] if tables else 0), np.int64), counts
+    starts = np.zeros(len(sizes), np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    ends = np.cumsum(counts)
+    # row r's stagings sit at starts[class of r] ... in the flat table; its output rows at ends[r] - counts[r] ...
+    idx = np.repeat(starts[inv] - (ends - counts), counts) + np.arange(total)
+    return np.concatenate(tables)[idx], counts
+
+
 @functools.lru_cache(maxsize=4096)
 def _k_stagings(bk: int, k_iter: int) -> tuple[np.ndarray, np.ndarray]:
     """The `MM_INNER` template for one K block and K-iteration count: the staging fields of every
@@ -386,6 +424,23 @@ def _k_stagings(bk: int, k_iter: int) -> tuple[np.ndarray, np.ndarray]:
     return table, legal
 
 
+@functools.lru_cache(maxsize=65536)
+def _block_stagings(bm: int, bn: int, bk: int, k_iter: int, ea: int, bias: bool, l1_cap: int
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """`_k_stagings` of one base block, with the rows whose L1 buffers do not fit dropped from the mask."""
+    table, legal = _k_stagings(bk, k_iter)
+    step_n, da, db = table[:, 3], table[:, 5], table[:, 6]
+    l1 = (da * bm + db * bn) * bk * ea + (step_n * bn * 4 if bias else 0)
+    ok = legal & (l1 <= l1_cap)
+    ok.setflags(write=False)
+    return table, ok
+
+
+# the template's M (0) and N (1) steps: which rows step at most / at least m blocks, m up to _STEP_MAX + 1
+_STEP_UPTO = [{m: MM_INNER[:, 2 + d] <= m for m in range(1, _STEP_MAX + 2)} for d in (0, 1)]
+_STEP_FROM = [{m: MM_INNER[:, 2 + d] >= m for m in range(1, _STEP_MAX + 2)} for d in (0, 1)]
+
+
 class _MmExpander:
     """Every inner variant of matmul outer rows.
 
@@ -402,10 +457,14 @@ class _MmExpander:
         # operands beyond half of L2: L2 tiling variants too
         self.l2 = (op.m * op.k + op.k * op.n) * self.ea > 0.5 * soc.l2
         self._classes: dict[tuple[int, ...], np.ndarray] = {}
+        self._only: dict[int, _MmExpander] = {}
 
     def only(self, impl: int) -> _MmExpander:
         """An expander of the same rows restricted to one implementation class (`matmul_impl_class`)."""
-        return _MmExpander(self.soc, self.op, impl)
+        got = self._only.get(impl)
+        if got is None:
+            got = self._only[impl] = _MmExpander(self.soc, self.op, impl)
+        return got
 
     def _stagings(self, key: tuple[int, ...]) -> np.ndarray:
         """The legal stagings of one class (rows of `_MM_STAGING` values, in template order)."""
@@ -413,31 +472,29 @@ class _MmExpander:
         if got is not None:
             return got
         bm, bn, bk, m_iter, n_iter, k_iter, split_k = key
-        table, legal = _k_stagings(bk, k_iter)
-        ska, skb, step_m, step_n, da, db = (table[:, j] for j in (0, 1, 2, 3, 5, 6))
-        l1 = (da * bm + db * bn) * bk * self.ea + (step_n * bn * 4 if self.op.bias else 0)
-        ok = legal & (step_m <= m_iter) & (step_n <= n_iter) & (l1 <= self.soc.l1)
+        table, ok = _block_stagings(bm, bn, bk, k_iter, self.ea, bool(self.op.bias), self.soc.l1)
+        ok = ok & _STEP_UPTO[0][m_iter] & _STEP_UPTO[1][n_iter]
         if self.impl is not None:
             # `matmul_impl_class` of these rows: stepM * baseM >= min(singleCoreM, M) is stepM >= mIter, ...
-            a_res = (step_m >= m_iter) & (ska >= k_iter)
-            b_res = (step_n >= n_iter) & (skb >= k_iter)
-            cls = np.full(len(table), 3) if split_k else np.where(a_res, 1, np.where(b_res, 2, 0))
-            ok &= cls == self.impl
-        got = table[ok]
-        self._classes[key] = got
+            if split_k:
+                ok = ok if self.impl == 3 else np.zeros_like(ok)
+            else:
+                a_res = _STEP_FROM[0][m_iter] & (table[:, 0] >= k_iter)
+                b_res = _STEP_FROM[1][n_iter] & (table[:, 1] >= k_iter)
+                ok = ok & {0: ~a_res & ~b_res, 1: a_res, 2: ~a_res & b_res}.get(self.impl, np.zeros_like(ok))
+        got = self._classes[key] = table[ok]
         return got
 
-    def _classes_of(self, outer: np.ndarray) -> list[np.ndarray]:
-        """The stagings of each outer row's class."""
+    def _keys(self, outer: np.ndarray) -> np.ndarray:
+        """The class key of each outer row (see `_stagings`)."""
         op = self.op
         bm, bn, bk = (outer[:, _F[f]] for f in ("baseM", "baseN", "baseK"))
         # the template's M/N steps are at most _STEP_MAX: beyond one more, mIter and nIter make no difference
-        keys = np.stack([bm, bn, bk,
+        return np.stack([bm, bn, bk,
                          np.minimum(_cdiv(np.minimum(outer[:, _F["singleCoreM"]], op.m), bm), _STEP_MAX + 1),
                          np.minimum(_cdiv(np.minimum(outer[:, _F["singleCoreN"]], op.n), bn), _STEP_MAX + 1),
                          _cdiv(np.minimum(outer[:, _F["singleCoreK"]], op.k), bk),
                          outer[:, _F["singleCoreK"]] < op.k], axis=1)
-        return [self._stagings(tuple(k)) for k in keys.tolist()]
 
     def _l2_variants(self, mb: np.ndarray, nb: np.ndarray) -> np.ndarray:
         """How many L2 tilings each row has (1 without L2 tiling)."""
@@ -451,7 +508,7 @@ class _MmExpander:
         if not len(outer):
             return 0
         outer = outer[_first_of_each(outer[:, _MM_OUTER])]
-        per = np.fromiter((len(s) for s in self._classes_of(outer)), np.int64, len(outer))
+        per = _class_counts(self._keys(outer), self._stagings)
         mb = _cdiv(self.op.m, outer[:, _F["singleCoreM"]])
         nb = _cdiv(self.op.n, outer[:, _F["singleCoreN"]])
         return int((per * self._l2_variants(mb, nb)).sum())
@@ -475,13 +532,12 @@ class _MmExpander:
     def _expand(self, outer: np.ndarray, gid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The inner variants of distinct outer rows (and the group of each variant, from `gid`)."""
         op = self.op
-        stagings = self._classes_of(outer)
-        counts = [len(s) for s in stagings]
+        stagings, counts = _by_class(self._keys(outer), self._stagings)
         base = np.repeat(outer, counts, axis=0)
         bgid = np.repeat(gid, counts)
         if not len(base):
             return base, bgid
-        base[:, _MM_STAGING] = np.concatenate(stagings)
+        base[:, _MM_STAGING] = stagings
         mb, nb = _cdiv(op.m, base[:, _F["singleCoreM"]]), _cdiv(op.n, base[:, _F["singleCoreN"]])
         base[:, _F["tilingEnable"]] = 0
         base[:, _F["l2MTileCnt"]] = base[:, _F["l2NTileCnt"]] = 1
@@ -589,7 +645,7 @@ def conv_space(soc: Soc, op: Conv2D) -> FactoredSpace:
     cube = m * n_ * k_ * _cdiv(g, gd)
     lb = soc.launch_us + cube.astype(np.float64) / soc.freq_mhz
     expand = _ConvExpander(op, filt, win, c0, k_al)
-    return FactoredSpace(list(CONV_FIELDS), outer, expand, lb, expand_many=expand.many)
+    return FactoredSpace(list(CONV_FIELDS), outer, expand, lb, expand.count, expand_many=expand.many)
 
 
 @functools.lru_cache(maxsize=16)
@@ -708,15 +764,21 @@ class _ConvExpander:
         np.cumsum(counts, out=per_row[1:])
         return rows, per_row[np.concatenate([[0], np.cumsum([len(g) for g in groups])])]
 
-    def _expand(self, outer: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    def count(self, outer: np.ndarray) -> int:
+        """Size of `self(outer)` without building it."""
+        return int(_class_counts(self._keys(outer), self._stagings).sum()) if len(outer) else 0
+
+    def _keys(self, outer: np.ndarray) -> np.ndarray:
+        """The class key of each outer row (see `_stagings`)."""
+        return np.stack([outer[:, _C["hoL0"]], _cdiv(self.out_h, outer[:, _C["hoDim"]]), outer[:, _C["kL0"]],
+                         outer[:, _C["nDim"]] if self.filt else np.zeros(len(outer), np.int64)], axis=1)
+
+    def _expand(self, outer: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The stagings of each outer row, and how many each has."""
         if not len(outer):
-            return outer.reshape(-1, len(CONV_FIELDS)), []
-        keys = np.stack([outer[:, _C["hoL0"]], _cdiv(self.out_h, outer[:, _C["hoDim"]]), outer[:, _C["kL0"]],
-                         outer[:, _C["nDim"]] if self.filt else np.zeros(len(outer), np.int64)], axis=1)
-        stagings = [self._stagings(tuple(k)) for k in keys.tolist()]
-        counts = [len(st) for st in stagings]
+            return outer.reshape(-1, len(CONV_FIELDS)), np.zeros(0, np.int64)
+        stagings, counts = _by_class(self._keys(outer), self._stagings)
         out = np.repeat(outer, counts, axis=0)
         if len(out):
-            out[:, _CONV_STAGING] = np.concatenate(stagings)
+            out[:, _CONV_STAGING] = stagings
         return out, counts

@@ -48,6 +48,7 @@ purpose: tuning still finds what they miss (pipe overlap, L1 staging, iterate or
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -393,7 +394,14 @@ def default_conv(soc: Soc, op: Conv2D) -> dict[str, int]:
 
 def default_strategy(soc: Soc | str, op: SimOp) -> dict[str, int]:
     """The heuristic strategy CANN would use for `op` on `soc` (a `Soc`, a SoC name or an .ini path)."""
-    soc = load_soc(soc)
+    return dict(_default_strategy(load_soc(soc), op))
+
+
+# A case's default is asked for several times while it is tuned (the space's seed, the price before
+# tuning, each layout variant): derive it once. Soc and the operators are frozen values, so the
+# cache key is the whole description; callers get a copy.
+@functools.lru_cache(maxsize=4096)
+def _default_strategy(soc: Soc, op: SimOp) -> dict[str, int]:
     if isinstance(op, MatMul):
         return default_matmul(soc, op)
     if isinstance(op, VectorOp):
