@@ -306,7 +306,8 @@ def _expand_best_first(tr: _Tracker, space: FactoredSpace, queues: _Queues, turn
         for i, (_, pos, turn) in enumerate(plan):
             if not tr.left():
                 return
-            tr.take(rows[bounds[i]:bounds[i + 1]], times[bounds[i]:bounds[i + 1]])
+            if bounds[i] < bounds[i + 1]:     # (a group may hold nothing of the space: skip the bookkeeping)
+                tr.take(rows[bounds[i]:bounds[i + 1]], times[bounds[i]:bounds[i + 1]])
             if tr.best != best and i + 1 < len(plan):
                 # the groups after this one were formed with a best time that no longer holds
                 queues.pos[:] = pos

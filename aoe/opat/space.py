@@ -722,8 +722,9 @@ _CONV_STAGING = [_C[f] for f in ("hoL1", "kAL1", "kBL1", "pBufferFlag", "iterate
 class _ConvExpander:
     """Every L1 staging of conv outer rows (hoL1 multiples, K chunks in whole windows, L1 ping-pong, order).
 
-    The legal stagings of an outer row depend only on its L0 rows, its rows per core, its K block
-    and (dW) its channel split: each class's stagings are derived once and reused, in the order
+    The legal stagings of an outer row depend only on its L0 rows, how many of them its core's rows
+    hold, its K block and (dW) its channel groups per core: each class's stagings are derived once
+    and reused, in the order
     hoL1 multiple, kAL1, kBL1, then ping-pong (L0 always, L1 A/B enumerated) and iterate order.
     """
 
@@ -739,11 +740,11 @@ class _ConvExpander:
         """The legal stagings of one class (rows of `_CONV_STAGING` values, in the expansion's order)."""
         got = self._classes.get(key)
         if got is None:
-            ho_l0, ho_core, k_l0, n_dim = key
-            hm = [m for m in (1, 2, 4, 8) if ho_l0 * m <= max(ho_core, ho_l0)]
+            ho_l0, n_hm, k_l0, n_kb = key
+            hm = (1, 2, 4, 8)[:n_hm]
             if self.filt:
                 ka = [k_l0 * m for m in (1, 2, 4) if k_l0 * m <= _align(self.co_g, 16)]
-                kb: list[int | None] = [self.win * m for m in (1, 2, 4) if m <= _cdiv(self.c1_total, n_dim)]
+                kb: list[int | None] = [self.win * m for m in (1, 2, 4)[:n_kb]]
             else:
                 ka = [self.win * m for m in (1, 2, 4, 8)
                       if self.win * m <= _cdiv(self.k_al, self.win) * self.win and (self.win * m) % k_l0 == 0]
@@ -769,9 +770,17 @@ class _ConvExpander:
         return int(_class_counts(self._keys(outer), self._stagings).sum()) if len(outer) else 0
 
     def _keys(self, outer: np.ndarray) -> np.ndarray:
-        """The class key of each outer row (see `_stagings`)."""
-        return np.stack([outer[:, _C["hoL0"]], _cdiv(self.out_h, outer[:, _C["hoDim"]]), outer[:, _C["kL0"]],
-                         outer[:, _C["nDim"]] if self.filt else np.zeros(len(outer), np.int64)], axis=1)
+        """The class key of each outer row: L0 rows, how many hoL1 multiples fit the core's rows, the
+        K block, how many kBL1 multiples fit the core's channel groups (dW)."""
+        ho_l0 = outer[:, _C["hoL0"]]
+        rows = np.maximum(_cdiv(self.out_h, outer[:, _C["hoDim"]]), ho_l0)
+        n_hm = sum((ho_l0 * m <= rows).astype(np.int64) for m in (1, 2, 4, 8))
+        if self.filt:
+            groups = _cdiv(self.c1_total, outer[:, _C["nDim"]])
+            n_kb = sum((m <= groups).astype(np.int64) for m in (1, 2, 4))
+        else:
+            n_kb = np.zeros(len(outer), np.int64)
+        return np.stack([ho_l0, n_hm, outer[:, _C["kL0"]], n_kb], axis=1)
 
     def _expand(self, outer: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The stagings of each outer row, and how many each has."""
