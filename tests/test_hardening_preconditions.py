@@ -49,3 +49,19 @@ def test_sgat_refused_by_characteristics_not_name(tmp_path):
     with pytest.raises(AoeError, match="cube_vector_split"):
         check_soc(renamed)
     check_soc(load_soc("Ascend910A"))   # coupled cores: subgraph tuning is fine
+
+
+def test_cpu_checks_name_what_to_change(env, monkeypatch):
+    from aoe.job import config as cfg
+
+    monkeypatch.setattr(cfg, "cpu_count", lambda: 2)
+    (env / "aoe.ini").write_text("[tuning]\ntuning_parallel_num = 6\n")
+    s = settings_from_env({"TUNE_BANK_PATH": str(env / "bank")}, cwd=env, warn=None)
+    assert s.workers == 2
+    assert any("tuning_parallel_num = 6" in n and "set tuning_parallel_num to 2" in n for n in s.notes)
+    (env / "aoe.ini").unlink()
+    quiet = settings_from_env({"TUNE_BANK_PATH": str(env / "bank")}, cwd=env, warn=None)  # the default 8: capped quietly
+    assert quiet.workers == 2 and not any("tuning_parallel_num" in n for n in quiet.notes)
+    monkeypatch.setattr(cfg, "cpu_count", lambda: 1)
+    one = settings_from_env({"TUNE_BANK_PATH": str(env / "bank")}, cwd=env, mode=1, soc="Ascend910A", warn=None)
+    assert any("subgraph tuning" in n and "at least 2 CPUs" in n for n in one.notes)

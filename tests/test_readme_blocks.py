@@ -133,6 +133,8 @@ def sandbox(tmp: Path) -> dict[str, str]:
     for sub in ("work", "tmp"):
         (tmp / sub).mkdir(exist_ok=True)
     env.update(ASCEND_WORK_PATH=str(tmp / "work"), TMPDIR=str(tmp / "tmp"), PYTHONDONTWRITEBYTECODE="1")
+    # the `aoe` command of the interpreter running the tests, also when its environment is not activated
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     tiny_model(tmp / "model.onnx")
     return env
 

@@ -85,3 +85,12 @@ def test_every_package_has_a_file_table(pkg: str) -> None:
     readme = ROOT / pkg / "README.md"
     text = readme.read_text() if readme.exists() else (ast.get_docstring(ast.parse((ROOT / pkg / "__init__.py").read_text())) or "")
     assert "| file |" in text, f"aoe/{pkg} needs a README.md or module docstring with a file table"
+
+
+def test_user_documents_explain_behaviour_in_their_own_words():
+    """The project's users do not have the specification it was built from: no "SPEC §" in what they read."""
+    repo = Path(__file__).resolve().parents[1]      # the checkout the tests belong to
+    docs = [repo / "README.md", repo / "ARCHITECTURE.md", *(repo / "aoe").rglob("*.md"), *(repo / "aoe").rglob("*.py")]
+    assert (repo / "README.md").is_file()
+    cited = [str(p.relative_to(repo)) for p in docs if p.is_file() and "SPEC §" in p.read_text(errors="replace")]
+    assert not cited

@@ -130,6 +130,28 @@ def memory_note(model_bytes: int, workers: int) -> str | None:
             f"than the {avail >> 20} MiB of memory available: lower tuning_parallel_num in aoe.ini")
 
 
+def cpu_note(mode: int, tuning_parallel: int, explicit: bool, cpus: int) -> str | None:
+    """A warning when the CPUs cannot run what the job is configured to run at once.
+
+    The product sizes the host for CANN's compiler processes (operator tuning: processes x
+    (TE_PARALLEL_COMPILER + TUNING_PARALLEL_NUM + min(cores / 2, 8) + 50) CPUs; subgraph tuning:
+    processes x (2 x TUNING_PARALLEL_NUM + TE_PARALLEL_COMPILER)). A simulated device runs none of
+    those: aoe runs the job plus `tuning_parallel_num` worker processes (operator tuning) or one
+    process (subgraph tuning), so that is what is checked. The default of 8 workers is quietly
+    capped at the CPUs; a value the user chose is named.
+    """
+    if mode == 1:
+        if cpus < 2:
+            return (f"subgraph tuning runs its plan search beside the simulator: {cpus} CPU is slow; "
+                    f"use a machine with at least 2 CPUs")
+        return None
+    if explicit and tuning_parallel > cpus:
+        return (f"tuning_parallel_num = {tuning_parallel} asks for {tuning_parallel} worker processes but this "
+                f"machine lets this process use {cpus} CPU(s): {cpus} run; set tuning_parallel_num to {cpus} or "
+                f"fewer in aoe.ini (TuneOptions(workers=...) from Python)")
+    return None
+
+
 def resource_notes(env: Mapping[str, str], workers: int, mode: int) -> list[str]:
     """Warnings (never errors) on free disk in the home directory and CPUs, each saying what to change."""
     notes = []
@@ -144,10 +166,9 @@ def resource_notes(env: Mapping[str, str], workers: int, mode: int) -> list[str]
     except OSError:
         pass
     if mode == 1:
-        cpus = cfg.cpu_count()
-        if cpus < 2:
-            notes.append(f"subgraph tuning runs its plan search beside the simulator: {cpus} CPU is slow; "
-                         f"use a machine with at least 2 CPUs")
+        note = cpu_note(mode, workers, False, cfg.cpu_count())
+        if note:
+            notes.append(note)
     return notes
 
 
@@ -207,6 +228,10 @@ def settings_from_env(env: Mapping[str, str] | None = None, *, soc: str = DEFAUL
         notes.append(f"--work_path {os.fspath(work_path)} is used; ASCEND_WORK_PATH={env['ASCEND_WORK_PATH']} is not "
                      f"(an explicit argument wins over the environment, as for every other setting)")
     notes += resource_notes(env, workers, mode)
+    if mode == 2:
+        note = cpu_note(mode, tp, tuning_parallel is not None or ini.tuning_parallel_num is not None, cfg.cpu_count())
+        if note:
+            notes.append(note)
     bank_env = dict(env)
     if bank is not None:
         bank_env["TUNE_BANK_PATH"] = os.fspath(bank)
