@@ -56,18 +56,23 @@ AOE_INLINE T splat(S x) {
 AOE_INLINE bool any(bool m) { return m; }
 AOE_INLINE bool all(bool m) { return m; }
 AOE_INLINE bool mnot(bool m) { return !m; }
+// The lanes' sign bits as an integer (a mask lane is -1 or 0): one instruction where there is one.
 template <class M>
-AOE_INLINE bool any(M m) {
-    int64_t r = 0;
-    for (unsigned i = 0; i < sizeof(M) / 8; ++i) r |= m[i];
-    return r != 0;
+AOE_INLINE unsigned lane_bits(M m) {
+#if defined(__AVX512DQ__)
+    if constexpr (sizeof(M) == 64) return _mm512_movepi64_mask((__m512i)m);
+#endif
+#if defined(__AVX__)
+    if constexpr (sizeof(M) == 32) return unsigned(_mm256_movemask_pd((__m256d)m));
+#endif
+    unsigned r = 0;
+    for (unsigned i = 0; i < sizeof(M) / 8; ++i) r |= unsigned(m[i] < 0) << i;
+    return r;
 }
 template <class M>
-AOE_INLINE bool all(M m) {
-    int64_t r = -1;
-    for (unsigned i = 0; i < sizeof(M) / 8; ++i) r &= m[i];
-    return r != 0;
-}
+AOE_INLINE bool any(M m) { return lane_bits(m) != 0; }
+template <class M>
+AOE_INLINE bool all(M m) { return lane_bits(m) == (1u << (sizeof(M) / 8)) - 1; }
 template <class M>
 AOE_INLINE M mnot(M m) { return ~m; }
 
