@@ -93,7 +93,7 @@ bool cpu_runs(const CubeKernels* k) {
     if (!k) return false;
     if (k == cube_kernels_base()) return true;
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
-    __builtin_cpu_init();
+    // (libgcc reads the CPU's features in a constructor, before anything here runs)
     if (k == cube_kernels_v4()) return __builtin_cpu_supports("x86-64-v4");
     if (k == cube_kernels_v3()) return __builtin_cpu_supports("x86-64-v3");
 #endif
