@@ -11,7 +11,8 @@
 // Floating point: the kernel files are compiled with -ffp-contract=off, and the multiply-adds the
 // model fuses are written as fma() below: fused where the target has FMA (the x86-64-v3/v4 builds,
 // aarch64), two roundings on baseline x86-64. The fused sites are the ones GCC chose when it
-// contracted freely, so the figures are those of the earlier builds, bit for bit.
+// contracted the x86-64-v3 build freely, so x86-64 figures are those of the earlier builds, bit for
+// bit (a CPU with FMA now gives the x86-64-v3 figures whatever the compiler would have contracted).
 
 #if defined(__FMA__) || defined(__FP_FAST_FMA)
 #define AOE_FUSED 1
