@@ -9,7 +9,10 @@ that recording is resampled to `--n` rows. `simulate_times` prices the batch on 
 reference is a numpy row-sum (`rows.sum(axis=1)`) over the same int64 batch in the same process,
 the cost of merely reading the input once. Both are CPU seconds of the calling thread
 (`time.thread_time`, best of `--repeats`), so the ratio holds on a loaded, shared machine; wall
-throughput with 2 threads is printed beside it. The goal is a ratio of at most 3.
+throughput with 2 threads is printed beside it. The goal is a ratio of at most 3. `kernels` names the
+Cube kernel set the CPU got (x86-64-v4: 8 rows per AVX-512 step; x86-64-v3 and base: one row at a
+time); `scalar_v3_ns_per_eval` is the one-row x86-64-v3 set on the same batch, where the CPU runs it
+(what an AVX2-only CPU would use).
 """
 from __future__ import annotations
 
@@ -56,6 +59,33 @@ def best_cpu(fn, repeats: int) -> float:
     return best
 
 
+def price_case(soc, label: str, op, n: int, repeats: int) -> dict:
+    """Figures of one operator: its searched rows resampled to `n`, priced against the row-sum."""
+    sent = searched_rows(soc, op)
+    rng = np.random.default_rng(0)
+    batch = np.ascontiguousarray(sent[rng.integers(0, len(sent), size=n)])
+    params = op.params()
+    _sim.simulate_times(soc.native, op.kind, params, batch[:1000], 1)  # warm up
+    sim_s = best_cpu(lambda: _sim.simulate_times(soc.native, op.kind, params, batch, 1), repeats)
+    sum_s = best_cpu(lambda: batch.sum(axis=1), repeats)
+    _, reasons = _sim.simulate_times(soc.native, op.kind, params, batch, 1)
+    try:
+        v3_s = best_cpu(lambda: _sim._times_with("x86-64-v3", soc.native, op.kind, params, batch), repeats)
+    except ValueError:  # not an x86-64-v3 CPU (or build)
+        v3_s = None
+    t0 = time.perf_counter()
+    _sim.simulate_times(soc.native, op.kind, params, batch, 2)
+    two = time.perf_counter() - t0
+    return {
+        "op": label, "rows_sent_by_search": len(sent),
+        "valid_fraction": round(float(np.mean(reasons == 0)), 4),
+        "cpu_s": round(sim_s, 4), "ns_per_eval": round(sim_s / n * 1e9, 1),
+        "evals_per_cpu_s": round(n / sim_s), "rowsum_ns_per_row": round(sum_s / n * 1e9, 1),
+        "ratio_to_rowsum": round(sim_s / sum_s, 2), "wall_evals_per_s_2_threads": round(n / two),
+        "scalar_v3_ns_per_eval": None if v3_s is None else round(v3_s / n * 1e9, 1),
+    }
+
+
 def main() -> None:
     """Price each recorded batch and print the figures with the same-run row-sum reference."""
     from job_bench import machine  # the bench folder's shared helper (date, CPU model)
@@ -66,26 +96,9 @@ def main() -> None:
     ap.add_argument("--soc", default="Ascend910B2")
     args = ap.parse_args()
     soc = load_soc(args.soc)
-    out: dict = {"bench": "sim_throughput", **machine(), "soc": args.soc, "n": args.n, "threads": 1, "cases": []}
-    for label, op in CASES:
-        sent = searched_rows(soc, op)
-        rng = np.random.default_rng(0)
-        batch = np.ascontiguousarray(sent[rng.integers(0, len(sent), size=args.n)])
-        params = op.params()
-        _sim.simulate_times(soc.native, op.kind, params, batch[:1000], 1)  # warm up
-        sim_s = best_cpu(lambda: _sim.simulate_times(soc.native, op.kind, params, batch, 1), args.repeats)
-        sum_s = best_cpu(lambda: batch.sum(axis=1), args.repeats)
-        _, reasons = _sim.simulate_times(soc.native, op.kind, params, batch, 1)
-        t0 = time.perf_counter()
-        _sim.simulate_times(soc.native, op.kind, params, batch, 2)
-        two = time.perf_counter() - t0
-        out["cases"].append({
-            "op": label, "rows_sent_by_search": int(len(sent)),
-            "valid_fraction": round(float(np.mean(reasons == 0)), 4),
-            "cpu_s": round(sim_s, 4), "ns_per_eval": round(sim_s / args.n * 1e9, 1),
-            "evals_per_cpu_s": round(args.n / sim_s), "rowsum_ns_per_row": round(sum_s / args.n * 1e9, 1),
-            "ratio_to_rowsum": round(sim_s / sum_s, 2), "wall_evals_per_s_2_threads": round(args.n / two),
-        })
+    out: dict = {"bench": "sim_throughput", **machine(), "soc": args.soc, "n": args.n, "threads": 1,
+                 "kernels": f"{_sim.CUBE_KERNELS} ({_sim.CUBE_LANES} rows per step)",
+                 "cases": [price_case(soc, label, op, args.n, args.repeats) for label, op in CASES]}
     print(json.dumps(out))
 
 

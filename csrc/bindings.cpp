@@ -151,6 +151,35 @@ py::dict simulate_batch(const SoC& soc, int kind, const I64Array& op, const I64A
     return d;
 }
 
+// Times and reasons from one named Cube kernel set, through its batch loop or (full=true) its one-row
+// full result: lets the tests hold every set the CPU runs to the same bits.
+py::tuple times_with(const std::string& isa, const SoC& soc, int kind, const I64Array& op,
+                     const I64Array& strategies, bool full) {
+    const CubeKernels* k = cube_kernels_named(isa);
+    if (!k) throw std::invalid_argument("no kernel set '" + isa + "' runs here");
+    if (kind != K_MATMUL && kind != K_CONV) throw std::invalid_argument("only the Cube kinds have kernel sets");
+    Checked c = check_args(kind, op, strategies);
+    py::array_t<double> times(c.n);
+    py::array_t<int32_t> reasons(c.n);
+    double* tp = times.mutable_data();
+    int32_t* rp = reasons.mutable_data();
+    {
+        py::gil_scoped_release nogil;
+        const CubeProblem prob = kind == K_MATMUL ? matmul_problem(c.op) : CubeProblem();
+        const CubePrep prep = kind == K_MATMUL ? prepare_cube(soc, prob) : CubePrep();
+        const ConvCtx x = kind == K_CONV ? conv_setup(soc, c.op) : ConvCtx();
+        if (!full && kind == K_MATMUL) k->matmul_times(soc, prob, prep, c.st, c.nf, 0, c.n, tp, rp);
+        if (!full && kind == K_CONV) k->conv_times(soc, x, c.st, c.nf, 0, c.n, tp, rp);
+        for (int64_t i = 0; full && i < c.n; ++i) {
+            const int64_t* st = c.st + i * c.nf;
+            const Result r = kind == K_MATMUL ? k->matmul(soc, prob, prep, st) : k->conv(soc, x, st);
+            tp[i] = r.time_us;
+            rp[i] = r.reason;
+        }
+    }
+    return py::make_tuple(times, reasons);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_sim, m) {
@@ -227,6 +256,11 @@ PYBIND11_MODULE(_sim, m) {
     m.def("simulate_times", &simulate_times, py::arg("soc"), py::arg("kind"), py::arg("op"),
           py::arg("strategies"), py::arg("threads") = 1,
           "Time (us, inf when invalid) and reason code of every strategy row: the tuning hot path.");
+    m.attr("CUBE_KERNELS") = std::string(cube_kernels().isa);
+    m.attr("CUBE_LANES") = cube_kernels().lanes;
+    m.def("_times_with", &times_with, py::arg("isa"), py::arg("soc"), py::arg("kind"), py::arg("op"),
+          py::arg("strategies"), py::arg("full") = false,
+          "Times and reasons from the named Cube kernel set ('base', 'x86-64-v3', 'x86-64-v4'), for tests.");
     m.def("simulate_batch", &simulate_batch, py::arg("soc"), py::arg("kind"), py::arg("op"),
           py::arg("strategies"), py::arg("threads") = 1,
           "Full result (time, reason, busy per pipe, HBM/L2 bytes, bound unit) of every strategy row.");

@@ -1,4 +1,5 @@
-// Per-core pipeline of a Cube kernel (matmul and conv share it).
+// Cube kernels (matmul and conv share the pipeline): the problem, its per-batch constants, the
+// conv context, and the per-instruction-set kernel sets.
 #pragma once
 
 #include <algorithm>
@@ -6,21 +7,6 @@
 #include "sim.h"
 
 namespace aoesim {
-
-// Busy cycles of one core task, per pipe, plus what the overlap rules need to know.
-struct CubeTask {
-    double mte2_a = 0, mte2_b = 0;   // GM -> L1 (HBM or L2), already divided by DMA efficiency
-    double mte1_a = 0, mte1_b = 0;   // L1 -> L0A / L0B (load3d for conv A)
-    double cube = 0;                 // mmad cycles
-    double fix = 0;                  // L0C -> GM
-    double scalar = 0;               // issue + sync
-    double hbm_floor = 0;            // cycles the chip-wide HBM share needs for this task's bytes
-    double exposed_latency = 0;      // GM latency of single-buffered chunk loads (nothing overlaps it)
-    bool db_l1a = false, db_l1b = false;   // L1 ping-pong (MTE2 overlaps the rest)
-    bool db_l0a = false, db_l0b = false;   // L0 ping-pong (MTE1 overlaps Cube)
-    bool db_l0c = false;                   // L0C ping-pong (FixPipe overlaps Cube)
-    double n_chunks = 1, n_blocks = 1, n_out = 1;  // granularity of the fill/drain
-};
 
 // Matmul strategy layout: the 23 MatMulV3TunnerTiling fields (names in common.cpp).
 enum MmSt { S_USED_CORE, S_SM, S_SN, S_SK, S_BM, S_BN, S_BK, S_DEPTH_A1, S_DEPTH_B1, S_STEP_M, S_STEP_N,
@@ -60,20 +46,43 @@ void matmul_times(const SoC& s, const CubeProblem& p, const CubePrep& c, const i
 // The matmul operator vector as a Cube problem.
 CubeProblem matmul_problem(const int64_t* op);
 
-// Combine the pipes of one task: double-buffered stages overlap, single-buffered ones serialise,
-// and the first chunk / last output block cannot overlap anything (fill and drain).
-inline double cube_task_cycles(const CubeTask& t, double* fill_out) {
-    const double t1 = t.mte1_a + t.mte1_b;
-    const double ov1 = (t.db_l0a ? t.mte1_a : 0.0) + (t.db_l0b ? t.mte1_b : 0.0);
-    const double inner = std::max(ov1, t.cube) + (t1 - ov1);
-    const double withc = t.db_l0c ? std::max(inner, t.fix) : inner + t.fix;
-    const double t2 = t.mte2_a + t.mte2_b;
-    const double ov2 = (t.db_l1a ? t.mte2_a : 0.0) + (t.db_l1b ? t.mte2_b : 0.0);
-    double total = std::max(ov2, withc) + (t2 - ov2);
-    total = std::max(total, std::max(t.scalar, t.hbm_floor)) + t.exposed_latency;
-    const double fill = t2 / t.n_chunks + t1 / t.n_blocks + t.fix / t.n_out;
-    if (fill_out) *fill_out = fill;
-    return total + fill;
-}
+// Conv strategy layout: the 14 CANN Conv2DV2 knowledge fields (names in common.cpp, meaning in conv.cpp).
+enum CSt { Q_BATCH, Q_HO, Q_N, Q_GROUP, Q_HOL1, Q_WOL1, Q_KAL1, Q_KBL1, Q_HOL0, Q_WOL0, Q_KL0, Q_NL0, Q_PBUF,
+           Q_ORDER, Q_NST };
+
+// Everything of a convolution that depends on the operator alone: computed once per batch.
+struct ConvCtx {
+    CubeProblem p;
+    CubePrep c;
+    int dir = 0;
+    int64_t n = 1, h = 1, w = 1, kh = 1, kw = 1, sh = 1, sw = 1, g = 1, ekh = 1, ekw = 1, ho = 1, wo = 1;
+    int64_t ea = 2, c0 = 16, cin_g = 1, co_g = 1, khw = 1;
+    bool plain = false;
+    // forward and dx: the output pixel grid and the map that feeds it
+    int64_t out_h = 1, out_w = 1, in_c = 1, out_c = 1, in_h = 1, in_w = 1, step_h = 1, step_w = 1, kal = 1;
+    // dW: columns (C1*C0*kh*kw), pixels (the reduction), C0-channel groups
+    int64_t nal = 1, pixels = 1, c1 = 1;
+};
+ConvCtx conv_setup(const SoC& s, const int64_t* op);
+
+// The Cube models' batch kernels, built once per instruction set (kernels.inc): the one-row full
+// result and the times-only batch loop, for matmul and conv.
+struct CubeKernels {
+    const char* isa;  // "base", "x86-64-v3" or "x86-64-v4"
+    int lanes;        // rows priced per SIMD step of the batch loops
+    void (*matmul_times)(const SoC&, const CubeProblem&, const CubePrep&, const int64_t* st, int64_t nf,
+                         int64_t lo, int64_t hi, double* times, int32_t* reasons);
+    Result (*matmul)(const SoC&, const CubeProblem&, const CubePrep&, const int64_t* st);
+    void (*conv_times)(const SoC&, const ConvCtx&, const int64_t* st, int64_t nf, int64_t lo, int64_t hi,
+                       double* times, int32_t* reasons);
+    Result (*conv)(const SoC&, const ConvCtx&, const int64_t* st);
+};
+// Each is null when this build or CPU cannot run it (kern_*.cpp).
+const CubeKernels* cube_kernels_base();
+const CubeKernels* cube_kernels_v3();
+const CubeKernels* cube_kernels_v4();
+// The fastest set this CPU runs (chosen once), or the one named (null if unavailable).
+const CubeKernels& cube_kernels();
+const CubeKernels* cube_kernels_named(const std::string& isa);
 
 }  // namespace aoesim

@@ -1,197 +1,278 @@
-// The Cube pipeline model as an inline function: matmul.cpp and conv.cpp inline it into their batch
-// loops (one call per batch, not per strategy; fields a caller does not read are never computed).
-#pragma once
+// The Cube pipeline model over lanes (lanes.h): one row at a time for the full result, N rows at a
+// time (one per SIMD lane) for the tuning hot path. matmul and conv inline it into their batch loops.
+// Included only from kernels.inc, inside the per-ISA namespace.
+//
+// Per lane this is exactly the one-row model: the same operations in the same order, the same fused
+// multiply-adds (fma, see lanes.h). Where one row branches (l2 tiling, the last rules), N rows take
+// both sides and select, and a rule that fails marks its lanes instead of returning (the first
+// failed rule names the reason, as for one row).
 
-#include <algorithm>
-#include <cmath>
-
-#include "cube.h"
-#include "sim.h"
-
-namespace aoesim {
-
-struct TimeReason {
-    double time_us;
-    int reason;
+// The 23 matmul strategy fields of a lane group (a conv fills them from its own strategy).
+template <class L>
+struct MmRow {
+    using I = typename L::I;
+    I uc, sM, sN, sK, bM, bN, bK, dA, dB, stM, stN, ord, sKa, sKb, dbA, dbB, dbC, l2Mc, l2Nc, l2Mb, l2Nb,
+        l2ord, l2en;
 };
 
-// An invalid strategy: the full Result too when asked for.
-template <bool Full>
-AOE_INLINE TimeReason reject(Result* out, int reason) {
-    if constexpr (Full) *out = invalid(reason);
-    return {std::numeric_limits<double>::infinity(), reason};
+// The operand scales a conv sets per strategy (CubeProblem's; 1 for a matmul).
+template <class L>
+struct CubeScales {
+    using D = typename L::D;
+    D a_l1, b_l1, a_gm, b_gm;
+};
+
+template <class L>
+struct Priced {
+    typename L::D time;
+    typename L::I reason;
+};
+
+// Record a failed rule: one row returns at once, N rows mark the lanes it fails first.
+template <class L>
+AOE_INLINE bool fail(typename L::I& reason, typename L::M cond, int code) {
+    if constexpr (L::W == 1) {
+        if (cond) reason = code;
+        return cond;
+    } else {
+        using I = typename L::I;
+        reason = sel((reason == 0) & cond, splat<I>(code), reason);
+        return all(reason != 0);
+    }
 }
 
-// The body of cube_eval, inlined into each batch loop (so a times-only loop computes only the time).
-// `Full`: fill *out with the whole Result; otherwise only the time and the reason are computed.
-template <bool Full>
-AOE_INLINE TimeReason cube_eval_inl(const SoC& s, const CubeProblem& p, const CubePrep& c, const int64_t* st,
-                                    Result* out) {
-    int64_t any = 0;  // one sign test for all fields (vectorises) instead of 23 branches
-    for (int i = 0; i < S_NST; ++i) any |= st[i];
-    if (any < 0) return reject<Full>(out, RS_BAD_VALUE);
-    const int64_t M = p.M, N = p.N, K = p.K;
-    const int64_t batch = c.batch, ea = p.ea, eo = p.eo, k0 = c.k0;
-    const bool a_nz = p.a_nz, b_nz = p.b_nz, c_nz = p.c_nz, ta = p.ta, tb = p.tb, bias = p.bias;
+template <class L, bool Full>
+AOE_INLINE Priced<L> rejected(typename L::I reason, Result* out) {
+    if constexpr (Full) *out = invalid(int(reason));
+    return {splat<typename L::D>(std::numeric_limits<double>::infinity()), reason};
+}
 
-    const int64_t uc = st[S_USED_CORE], sM = st[S_SM], sN = st[S_SN], sK = st[S_SK];
-    const int64_t bM = st[S_BM], bN = st[S_BN], bK = st[S_BK];
-    const int64_t dA = st[S_DEPTH_A1], dB = st[S_DEPTH_B1], stM = st[S_STEP_M], stN = st[S_STEP_N];
-    const int64_t sKa = st[S_STEP_KA], sKb = st[S_STEP_KB];
-    const int64_t ord = st[S_ITER_ORDER], dbA = st[S_DB_L0A], dbB = st[S_DB_L0B], dbC = st[S_DB_L0C];
-    const int64_t l2en = st[S_TILING_EN], l2ord = st[S_L2_ORDER];
-    const int64_t l2Mc = st[S_L2_MCNT], l2Nc = st[S_L2_NCNT], l2Mb = st[S_L2_MBLK], l2Nb = st[S_L2_NBLK];
+// Inside a model function with `reason`, `out` and template parameters L, Full.
+#define AOE_RULE(cond, code)                                                    \
+    do {                                                                        \
+        if (fail<L>(reason, (cond), (code))) return rejected<L, Full>(reason, out); \
+    } while (0)
+
+// Busy cycles of one core task, per pipe, plus what the overlap rules need to know.
+template <class L>
+struct Task {
+    using D = typename L::D;
+    using M = typename L::M;
+    D mte2_a, mte2_b;   // GM -> L1 (HBM or L2), already divided by DMA efficiency
+    D mte1_a, mte1_b;   // L1 -> L0A / L0B (load3d for conv A)
+    D cube;             // mmad cycles
+    D fix;              // L0C -> GM
+    D scalar;           // issue + sync
+    D hbm_floor;        // cycles the chip-wide HBM share needs for this task's bytes
+    D exposed_latency;  // GM latency of single-buffered chunk loads (nothing overlaps it)
+    M db_l1a, db_l1b;   // L1 ping-pong (MTE2 overlaps the rest)
+    M db_l0a, db_l0b;   // L0 ping-pong (MTE1 overlaps Cube)
+    M db_l0c;           // L0C ping-pong (FixPipe overlaps Cube)
+    D n_chunks, n_blocks, n_out;  // granularity of the fill/drain
+};
+
+// Combine the pipes of one task: double-buffered stages overlap, single-buffered ones serialise,
+// and the first chunk / last output block cannot overlap anything (fill and drain).
+template <class L>
+AOE_INLINE typename L::D task_cycles(const Task<L>& t, typename L::D* fill_out) {
+    using D = typename L::D;
+    const D zero = splat<D>(0.0);
+    const D t1 = t.mte1_a + t.mte1_b;
+    const D ov1 = sel(t.db_l0a, t.mte1_a, zero) + sel(t.db_l0b, t.mte1_b, zero);
+    const D inner = vmax(ov1, t.cube) + (t1 - ov1);
+    const D withc = sel(t.db_l0c, vmax(inner, t.fix), inner + t.fix);
+    const D t2 = t.mte2_a + t.mte2_b;
+    const D ov2 = sel(t.db_l1a, t.mte2_a, zero) + sel(t.db_l1b, t.mte2_b, zero);
+    D total = vmax(ov2, withc) + (t2 - ov2);
+    total = vmax(total, vmax(t.scalar, t.hbm_floor)) + t.exposed_latency;
+    const D fill = t2 / t.n_chunks + t1 / t.n_blocks + t.fix / t.n_out;
+    *fill_out = fill;
+    return total + fill;
+}
+
+// A matmul-layout strategy (the 23 MatMulV3TunnerTiling fields) on a Cube problem.
+// `Full` (one row only): fill *out with the whole Result; otherwise only the time and the reason.
+// `reason0`: lanes already rejected (by a conv's own rules) keep that reason.
+template <class L, bool Full>
+AOE_INLINE Priced<L> cube_eval_g(const SoC& s, const CubeProblem& p, const CubePrep& c, const MmRow<L>& f,
+                                 const CubeScales<L>& sc, typename L::I reason0, Result* out) {
+    using I = typename L::I;
+    using D = typename L::D;
+    using Mk = typename L::M;  // a mask (M is the problem's M)
+    static_assert(!Full || L::W == 1, "the full result is computed one row at a time");
+    const D zero = splat<D>(0.0), one = splat<D>(1.0);
+    I reason = reason0;
+    const I uc = f.uc, sM = f.sM, sN = f.sN, sK = f.sK, bM = f.bM, bN = f.bN, bK = f.bK, dA = f.dA, dB = f.dB;
+    const I stM = f.stM, stN = f.stN, ord = f.ord, sKa = f.sKa, sKb = f.sKb, dbA = f.dbA, dbB = f.dbB, dbC = f.dbC;
+    const I l2Mc = f.l2Mc, l2Nc = f.l2Nc, l2Mb = f.l2Mb, l2Nb = f.l2Nb, l2ord = f.l2ord, l2en = f.l2en;
 
     // --- domain and hardware constraints (never a silent number for an impossible strategy) ---
-    if (uc < 1 || sM < 1 || sN < 1 || sK < 1 || bM < 1 || bN < 1 || bK < 1 || dA < 1 || dB < 1 ||
-        stM < 1 || stN < 1 || sKa < 1 || sKb < 1 || ord > 1 || dbA > 1 || dbB > 1 || dbC > 1 ||
-        l2en > 1 || l2ord > 1)
-        return reject<Full>(out, RS_BAD_VALUE);
-    if (uc > s.cube_cores) return reject<Full>(out, RS_CORES);
-    if ((bM & 15) || (bN & 15) || (bK & (k0 - 1))) return reject<Full>(out, RS_MISALIGNED);
-    if (sM > c.Mal || sN > c.Nal || sK > c.Kal) return reject<Full>(out, RS_EXCEEDS_SHAPE);
-    const int64_t tM = std::min(sM, M), tN = std::min(sN, N), tK = std::min(sK, K);  // full task
-    const int64_t aM = align_pow2(tM, 16), aN = align_pow2(tN, 16), aK = align_pow2(tK, k0);
-    if (bM > aM || bN > aN || bK > aK) return reject<Full>(out, RS_EXCEEDS_SHAPE);
-    const int64_t mIter = ceil_div(tM, bM), nIter = ceil_div(tN, bN), kIter = ceil_div(tK, bK);
-    if (stM > mIter || stN > nIter || sKa > kIter || sKb > kIter) return reject<Full>(out, RS_EXCEEDS_SHAPE);
-    if (sKa != sKb && fmod_i(sKa, sKb) && fmod_i(sKb, sKa)) return reject<Full>(out, RS_INCONSISTENT);
-    const bool dbl1a = dA == 2 * stM * sKa, dbl1b = dB == 2 * stN * sKb;
-    if (!dbl1a && dA != stM * sKa) return reject<Full>(out, RS_INCONSISTENT);
-    if (!dbl1b && dB != stN * sKb) return reject<Full>(out, RS_INCONSISTENT);
-    if (bM * bK * ea * (1 + dbA) > s.l0a) return reject<Full>(out, RS_L0A);
-    if (bN * bK * ea * (1 + dbB) > s.l0b) return reject<Full>(out, RS_L0B);
-    if (bM * bN * 4 * (1 + dbC) > s.l0c) return reject<Full>(out, RS_L0C);
-    if (double(dA * bM * bK * ea) * p.a_l1_scale + double(dB * bN * bK * ea) * p.b_l1_scale +
-            (bias ? stN * bN * 4 : 0) > double(s.l1))
-        return reject<Full>(out, RS_L1);
-    const int64_t mB = ceil_div(M, sM), nB = ceil_div(N, sN), kB = ceil_div(K, sK);
-    const int64_t per_batch = mB * nB * kB;
-    const int64_t tasks = batch * per_batch;
-    if (uc > tasks) return reject<Full>(out, RS_INCONSISTENT);  // idle cores: usedCoreNum must not exceed blocks
-    if (l2en) {
-        if (l2Mb < 1 || l2Nb < 1 || l2Mb > mB || l2Nb > nB || l2Mc != ceil_div(mB, l2Mb) ||
-            l2Nc != ceil_div(nB, l2Nb))
-            return reject<Full>(out, RS_INCONSISTENT);
+    // One rule for the domain: a negative field, a count below 1 or a flag above 1. Once no field
+    // is negative, "x < 1 for some x" is "min < 1" and "a flag > 1" is "their OR > 1".
+    {
+        const I neg = uc | sM | sN | sK | bM | bN | bK | dA | dB | stM | stN | ord | sKa | sKb | dbA | dbB | dbC |
+                      l2Mc | l2Nc | l2Mb | l2Nb | l2ord | l2en;
+        const I least = vmin(vmin(vmin(vmin(uc, sM), vmin(sN, sK)), vmin(vmin(bM, bN), vmin(bK, dA))),
+                             vmin(vmin(vmin(dB, stM), vmin(stN, sKa)), sKb));
+        const I flags = ord | dbA | dbB | dbC | l2en | l2ord;
+        AOE_RULE((neg < 0) | (least < 1) | (flags > 1), RS_BAD_VALUE);
+    }
+    const int64_t k0 = c.k0, ea = p.ea, batch = c.batch;
+    const double ea_d = double(ea);
+    const I M = splat<I>(p.M), N = splat<I>(p.N), K = splat<I>(p.K);
+    AOE_RULE(uc > s.cube_cores, RS_CORES);
+    AOE_RULE((((bM | bN) & 15) | (bK & (k0 - 1))) != 0, RS_MISALIGNED);
+    AOE_RULE((sM > c.Mal) | (sN > c.Nal) | (sK > c.Kal), RS_EXCEEDS_SHAPE);
+    const I tM = vmin(sM, M), tN = vmin(sN, N), tK = vmin(sK, K);  // full task
+    const I aM = align_pow2(tM, 16), aN = align_pow2(tN, 16), aK = align_pow2(tK, k0);
+    AOE_RULE((bM > aM) | (bN > aN) | (bK > aK), RS_EXCEEDS_SHAPE);
+    const I mIter = ceil_div(tM, bM), nIter = ceil_div(tN, bN), kIter = ceil_div(tK, bK);
+    AOE_RULE((stM > mIter) | (stN > nIter) | (sKa > kIter) | (sKb > kIter), RS_EXCEEDS_SHAPE);
+    if constexpr (L::W == 1) {
+        AOE_RULE(sKa != sKb && fmod_i(sKa, sKb) && fmod_i(sKb, sKa), RS_INCONSISTENT);
+    } else {
+        AOE_RULE((sKa != sKb) & (fmod_i(sKa, sKb) != 0) & (fmod_i(sKb, sKa) != 0), RS_INCONSISTENT);
+    }
+    const Mk dbl1a = dA == 2 * stM * sKa, dbl1b = dB == 2 * stN * sKb;
+    AOE_RULE((mnot(dbl1a) & (dA != stM * sKa)) | (mnot(dbl1b) & (dB != stN * sKb)), RS_INCONSISTENT);
+    AOE_RULE(bM * bK * ea * (1 + dbA) > s.l0a, RS_L0A);
+    AOE_RULE(bN * bK * ea * (1 + dbB) > s.l0b, RS_L0B);
+    AOE_RULE(bM * bN * 4 * (1 + dbC) > s.l0c, RS_L0C);
+    {
+        const D l1_bias = p.bias ? to_d(stN * bN * 4) : zero;
+        AOE_RULE(fma(to_d(dA * bM * bK * ea), sc.a_l1, to_d(dB * bN * bK * ea) * sc.b_l1) + l1_bias > double(s.l1),
+                 RS_L1);
+    }
+    const I mB = ceil_div(M, sM), nB = ceil_div(N, sN), kB = ceil_div(K, sK);
+    const I per_batch = mB * nB * kB;
+    const I tasks = batch * per_batch;
+    AOE_RULE(uc > tasks, RS_INCONSISTENT);  // idle cores: usedCoreNum must not exceed blocks
+    const Mk l2on = l2en != 0;
+    if (any(l2on)) {
+        AOE_RULE(l2on & ((l2Mb < 1) | (l2Nb < 1) | (l2Mb > mB) | (l2Nb > nB) | (l2Mc != ceil_div(mB, l2Mb)) |
+                         (l2Nc != ceil_div(nB, l2Nb))),
+                 RS_INCONSISTENT);
     }
 
-    Result r;
     // operand bytes in GM: a conv scales them per strategy (its L1 patch), so the prep holds them unscaled
-    const double A_b = c.A_b * p.a_gm_scale, B_b = c.B_b * p.b_gm_scale;
-    const double A_tot = A_b * double(p.batch_a), B_tot = B_b * double(p.batch_b);
+    const D A_b = c.A_b * sc.a_gm, B_b = c.B_b * sc.b_gm;
+    const D A_tot = A_b * double(p.batch_a), B_tot = B_b * double(p.batch_b);
     // --- chip-level traffic: compulsory bytes, re-reads, and where re-reads are served ---
-    const double out_e = kB > 1 ? 4.0 : double(eo);  // split-K accumulates fp32 partials atomically
+    const D out_e = sel(kB > 1, splat<D>(4.0), splat<D>(double(p.eo)));  // split-K accumulates fp32 partials atomically
 
     // Reuse inside a task: an operand whose whole K panel fits its L1 buffer is re-loaded only when
     // the outer loop comes back to it; otherwise every base block streams its K panel again.
-    const int64_t mT = ceil_div(mIter, stM), nT = ceil_div(nIter, stN);
-    const bool akf = sKa >= kIter, bkf = sKb >= kIter;
+    const I mT = ceil_div(mIter, stM), nT = ceil_div(nIter, stN);
+    const Mk akf = sKa >= kIter, bkf = sKb >= kIter;
     // M first (order 0): N outer, M inner -> B stays, A comes back once per N tile (unless one
     // M tile holds it all); N first: the mirror image. Written as selects, not branches: in a
     // batch of candidates the order flips unpredictably.
-    const int64_t a_back = (ord == 0 && mT != 1) ? nT : 1;
-    const int64_t b_back = (ord == 1 && nT != 1) ? mT : 1;
-    const double a_mult = double(akf ? a_back : nIter);
-    const double b_mult = double(bkf ? b_back : mIter);
-    const double a_task = double(a_nz ? aM : tM) * double(a_nz ? aK : tK) * ea * a_mult * p.a_gm_scale;
-    const double b_task = double(b_nz ? aN : tN) * double(b_nz ? aK : tK) * ea * b_mult * p.b_gm_scale;
+    const I a_back = sel((ord == 0) & (mT != 1), nT, splat<I>(1));
+    const I b_back = sel((ord == 1) & (nT != 1), mT, splat<I>(1));
+    const D a_mult = to_d(sel(akf, a_back, nIter));
+    const D b_mult = to_d(sel(bkf, b_back, mIter));
+    const D a_task = to_d(p.a_nz ? aM : tM) * to_d(p.a_nz ? aK : tK) * ea_d * a_mult * sc.a_gm;
+    const D b_task = to_d(p.b_nz ? aN : tN) * to_d(p.b_nz ? aK : tK) * ea_d * b_mult * sc.b_gm;
     // Whole-chip reads: every (M block, K block) panel of A is read by all nB column blocks.
-    const double R = A_b * double(batch) * double(nB) * a_mult + B_b * double(batch) * double(mB) * b_mult;
-    const double comp = A_tot + B_tot;
-    const double conc_batches =
-        batch == 1 ? 1.0 : std::min<double>(double(batch), std::max(1.0, double(uc) / double(per_batch)));
-    const double W = (A_b + B_b) * conc_batches;
-    const bool l2_tiled = l2en && W > c.l2u;
-    double hbm_rd;
-    if (l2_tiled) {
+    const double batch_d = double(batch);
+    const D R = fma(A_b * batch_d * to_d(nB), a_mult, B_b * batch_d * to_d(mB) * b_mult);
+    const D comp = A_tot + B_tot;
+    const D conc_batches =
+        batch == 1 ? one : vmin(splat<D>(batch_d), vmax(one, to_d(uc) / to_d(per_batch)));
+    const D W = (A_b + B_b) * conc_batches;
+    const Mk l2_tiled = l2on & (W > c.l2u), untiled = mnot(l2_tiled);
+    D hbm_rd = zero, waves = zero;
+    if (any(l2_tiled)) {
         // L2 tiling: the re-read working set is one L2 tile; the operand that is not kept is
         // fetched from HBM once per L2 tile of the other dimension.
-        const double tileA = std::min(double(l2Mb * sM), c.gmM) * c.gmK * ea;
-        const double tileB = std::min(double(l2Nb * sN), c.gmN) * c.gmK * ea;
-        const double Wt = (tileA + tileB) * conc_batches;
-        const double miss = Wt <= c.l2u ? 0.0 : 1.0 - c.l2u / Wt;
-        const double comp_t = l2ord == 0 ? A_tot * double(l2Nc) + B_tot : A_tot + B_tot * double(l2Mc);
-        hbm_rd = std::min(R, comp_t + miss * std::max(0.0, R - comp_t));
-    } else {
-        const double miss = W <= c.l2u ? 0.0 : 1.0 - c.l2u / W;
-        hbm_rd = comp + miss * std::max(0.0, R - comp);
+        const D tileB = vmin(to_d(l2Nb * sN), splat<D>(c.gmN)) * c.gmK * ea_d;
+        const D Wt = fma(vmin(to_d(l2Mb * sM), splat<D>(c.gmM)) * c.gmK, splat<D>(ea_d), tileB) * conc_batches;
+        const D miss = sel(Wt <= c.l2u, zero, 1.0 - c.l2u / Wt);
+        const D comp_t = sel(l2ord == 0, fma(A_tot, to_d(l2Nc), B_tot), fma(B_tot, to_d(l2Mc), A_tot));
+        hbm_rd = sel(l2_tiled, vmin(R, fma(miss, vmax(zero, R - comp_t), comp_t)), hbm_rd);
+        waves = sel(l2_tiled, to_d(l2Mc * l2Nc) * to_d(ceil_div(batch * l2Mb * l2Nb * kB, uc)), waves);
     }
-    const double fh = R > 0 ? hbm_rd / R : 1.0;
+    if (any(untiled)) {
+        const D miss = sel(W <= c.l2u, zero, 1.0 - c.l2u / W);
+        hbm_rd = sel(untiled, fma(miss, vmax(zero, R - comp), comp), hbm_rd);
+        waves = sel(untiled, to_d(ceil_div(tasks, uc)), waves);
+    }
+    const D fh = sel(R > 0, hbm_rd / R, one);
 
     // --- per-core rates: HBM is shared by the active cores, L2 too (kept as cycles per byte) ---
-    const double active = double(std::min<int64_t>(uc, tasks));
-    const double cpb_hbm_share = active * c.inv_hbm_bpc;
-    const double cpb_h = std::max(c.inv_ddr, cpb_hbm_share);
-    const double cpb_l2 = std::max(c.inv_l2_rate, active * c.inv_l2_bpc);
-    const double cpb_rd = fh * cpb_h + (1 - fh) * cpb_l2;
+    const D active = to_d(vmin(uc, tasks));
+    const D cpb_hbm_share = active * c.inv_hbm_bpc;
+    const D cpb_h = vmax(splat<D>(c.inv_ddr), cpb_hbm_share);
+    const D cpb_l2 = vmax(splat<D>(c.inv_l2_rate), active * c.inv_l2_bpc);
+    const D cpb_rd = fma(fh, cpb_h, (1.0 - fh) * cpb_l2);
 
     // DMA burst lengths: NZ chunks are long runs, ND rows are short strided bursts through ND2NZ.
-    const double rowsA = double(std::min(stM * bM, tM)), kA = double(std::min(sKa * bK, tK));
-    const double colsB = double(std::min(stN * bN, tN)), kBl = double(std::min(sKb * bK, tK));
-    double runA, runB;
-    if (a_nz) runA = rowsA >= M ? rowsA * kA * ea : rowsA * 32.0;
-    else if (!ta) runA = kA >= K ? rowsA * double(K) * ea : kA * ea;
-    else runA = rowsA >= M ? kA * double(M) * ea : rowsA * ea;
-    if (b_nz) runB = kBl >= K ? colsB * kBl * ea : kBl * 32.0;
-    else if (!tb) runB = colsB >= N ? kBl * double(N) * ea : colsB * ea;
-    else runB = kBl >= K ? colsB * double(K) * ea : kBl * ea;
+    const D rowsA = to_d(vmin(stM * bM, tM)), kA = to_d(vmin(sKa * bK, tK));
+    const D colsB = to_d(vmin(stN * bN, tN)), kBl = to_d(vmin(sKb * bK, tK));
+    const double Md = double(p.M), Nd = double(p.N), Kd = double(p.K);
+    D runA, runB;
+    if (p.a_nz) runA = sel(rowsA >= Md, rowsA * kA * ea_d, rowsA * 32.0);
+    else if (!p.ta) runA = sel(kA >= Kd, rowsA * Kd * ea_d, kA * ea_d);
+    else runA = sel(rowsA >= Md, kA * Md * ea_d, rowsA * ea_d);
+    if (p.b_nz) runB = sel(kBl >= Kd, colsB * kBl * ea_d, kBl * 32.0);
+    else if (!p.tb) runB = sel(colsB >= Nd, kBl * Nd * ea_d, colsB * ea_d);
+    else runB = sel(kBl >= Kd, colsB * Kd * ea_d, kBl * ea_d);
     // 1 / efficiency = (run + overhead) / run, and the ND2NZ mode on top for ND operands
-    const double inv_effA = (runA + s.dma_overhead_bytes) / runA * (a_nz ? 1.0 : c.inv_nd2nz);
-    const double inv_effB = (runB + s.dma_overhead_bytes) / runB * (b_nz ? 1.0 : c.inv_nd2nz);
+    const D inv_effA = (runA + s.dma_overhead_bytes) / runA * (p.a_nz ? 1.0 : c.inv_nd2nz);
+    const D inv_effB = (runB + s.dma_overhead_bytes) / runB * (p.b_nz ? 1.0 : c.inv_nd2nz);
 
-    CubeTask t;
+    Task<L> t;
     t.mte2_a = a_task * cpb_rd * inv_effA;
-    t.mte2_b = b_task * cpb_rd * inv_effB + (bias ? tN * 4.0 * cpb_h : 0.0);
+    t.mte2_b = b_task * cpb_rd * inv_effB + (p.bias ? to_d(tN) * 4.0 * cpb_h : zero);
     // L0 reuse: with a single K step the A block stays in L0A across the N-inner loop (and B in
     // L0B across the M-inner loop).
-    const double l0a = double(aM) * aK * ea * ((kIter == 1 && ord == 1) ? 1.0 : double(nIter));
-    const double l0b = double(aN) * aK * ea * ((kIter == 1 && ord == 0) ? 1.0 : double(mIter));
+    const D l0a = to_d(aM) * to_d(aK) * ea_d * sel((kIter == 1) & (ord == 1), one, to_d(nIter));
+    const D l0b = to_d(aN) * to_d(aK) * ea_d * sel((kIter == 1) & (ord == 0), one, to_d(mIter));
     t.mte1_a = l0a * c.inv_l0a;
     t.mte1_b = l0b * c.inv_l0b;
-    const double n_blocks = double(mIter * nIter * kIter);
-    t.cube = double(aM >> 4) * double(aN >> 4) * double(aK >> c.k0_log2) * p.cube_scale + s.mmad_overhead_cycles * n_blocks;
+    const D n_blocks = to_d(mIter * nIter * kIter);
+    t.cube = fma(to_d(aM >> 4) * to_d(aN >> 4) * to_d(aK >> c.k0_log2), splat<D>(p.cube_scale),
+                 s.mmad_overhead_cycles * n_blocks);
     // an NZ output is written in whole fractals, padding included (as the compulsory bytes count it)
-    const double out_task = double(c_nz ? aM : tM) * double(c_nz ? aN : tN) * out_e;
-    const double runC = c_nz ? double(std::min(bM, aM)) * 32.0 : double(std::min(bN, tN)) * out_e;
-    t.fix = out_task * std::max(c.inv_fix, cpb_h) * (runC + s.dma_overhead_bytes) / runC;
-    const double chunks_a = a_mult * double(mT) * double(ceil_div(kIter, sKa));
-    const double chunks_b = b_mult * double(nT) * double(ceil_div(kIter, sKb));
-    const double chunks = chunks_a + chunks_b;
+    const D out_task = to_d(p.c_nz ? aM : tM) * to_d(p.c_nz ? aN : tN) * out_e;
+    const D runC = p.c_nz ? to_d(vmin(bM, aM)) * 32.0 : to_d(vmin(bN, tN)) * out_e;
+    t.fix = out_task * vmax(splat<D>(c.inv_fix), cpb_h) * (runC + s.dma_overhead_bytes) / runC;
+    const D chunks_a = a_mult * to_d(mT) * to_d(ceil_div(kIter, sKa));
+    const D chunks_b = b_mult * to_d(nT) * to_d(ceil_div(kIter, sKb));
+    const D chunks = chunks_a + chunks_b;
     // a single-buffered L1 operand waits a full GM round trip per chunk; ping-pong hides it
-    t.exposed_latency = s.dma_latency_cycles * ((dbl1a ? 0.0 : chunks_a) + (dbl1b ? 0.0 : chunks_b) + 1.0);
-    t.scalar = s.scalar_task_cycles + s.scalar_chunk_cycles * chunks + s.scalar_iter_cycles * n_blocks;
-    const double hbm_task = (a_task + b_task) * fh + out_task;
+    t.exposed_latency = s.dma_latency_cycles * (sel(dbl1a, zero, chunks_a) + sel(dbl1b, zero, chunks_b) + 1.0);
+    t.scalar = fma(splat<D>(s.scalar_iter_cycles), n_blocks,
+                   fma(splat<D>(s.scalar_chunk_cycles), chunks, splat<D>(s.scalar_task_cycles)));
+    const D hbm_task = fma(a_task + b_task, fh, out_task);
     t.hbm_floor = hbm_task * cpb_hbm_share;
-    t.db_l1a = dbl1a; t.db_l1b = dbl1b; t.db_l0a = dbA; t.db_l0b = dbB; t.db_l0c = dbC;
-    t.n_chunks = std::max(1.0, chunks);
+    t.db_l1a = dbl1a; t.db_l1b = dbl1b; t.db_l0a = dbA != 0; t.db_l0b = dbB != 0; t.db_l0c = dbC != 0;
+    t.n_chunks = vmax(one, chunks);
     t.n_blocks = n_blocks;
-    t.n_out = double(mIter * nIter);
-    double fill = 0;
-    const double task_cycles = cube_task_cycles(t, &fill);
+    t.n_out = to_d(mIter * nIter);
+    D fill;
+    const D task = task_cycles<L>(t, &fill);
 
-    double waves;
-    if (l2_tiled) waves = double(l2Mc * l2Nc) * double(ceil_div(batch * l2Mb * l2Nb * kB, uc));
-    else waves = double(ceil_div(tasks, uc));
-
-    const double wu = waves * c.inv_cpu;
     if constexpr (!Full) {
         // the same sum as finish() (one kernel, no vector cycles), nothing else
-        return {s.launch_us + (waves * task_cycles) / s.cycles_per_us() + 0.0 / s.vec_cycles_per_us(), RS_OK};
+        const D time = s.launch_us + (waves * task) / s.cycles_per_us() + 0.0 / s.vec_cycles_per_us();
+        if constexpr (L::W == 1) return {time, RS_OK};
+        else return {sel(reason == 0, time, splat<D>(std::numeric_limits<double>::infinity())), reason};
     } else {
+        Result r;
+        const double wu = waves * c.inv_cpu;
         r.busy_us[P_MTE2] = wu * (t.mte2_a + t.mte2_b);
         r.busy_us[P_MTE1] = wu * (t.mte1_a + t.mte1_b);
         r.busy_us[P_CUBE] = wu * t.cube;
         r.busy_us[P_FIXPIPE] = wu * t.fix;
         r.busy_us[P_SCALAR] = wu * t.scalar;
-        r.busy_us[P_OVERHEAD] = s.launch_us + wu * fill;
-        r.hbm_bytes = hbm_rd + c.C_tot * (kB > 1 ? double(kB) * 4.0 / double(eo) : 1.0) + c.bias_tot;
+        r.busy_us[P_OVERHEAD] = fma(wu, fill, s.launch_us);
+        r.hbm_bytes = fma(c.C_tot, kB > 1 ? double(kB) * 4.0 / double(p.eo) : 1.0, hbm_rd) + c.bias_tot;
         r.l2_bytes = R - hbm_rd;
         r.flops = p.flops;
         r.bytes = comp + c.C_tot + c.bias_tot;
-        finish(s, r, waves * task_cycles, 0.0, 1);
+        finish(s, r, waves * task, 0.0, 1);
         *out = r;
         return {r.time_us, r.reason};
     }
 }
-
-}  // namespace aoesim

@@ -8,7 +8,6 @@
 #include <cmath>
 
 #include "cube.h"
-#include "cube_impl.h"
 #include "sim.h"
 
 namespace aoesim {
@@ -79,19 +78,42 @@ Result cube_eval(const SoC& s, const CubeProblem& p, const int64_t* st) {
     return cube_eval(s, p, prepare_cube(s, p), st);
 }
 
-AOE_HOT Result cube_eval(const SoC& s, const CubeProblem& p, const CubePrep& c, const int64_t* st) {
-    Result r;
-    cube_eval_inl<true>(s, p, c, st, &r);
-    return r;
+Result cube_eval(const SoC& s, const CubeProblem& p, const CubePrep& c, const int64_t* st) {
+    return cube_kernels().matmul(s, p, c, st);
 }
 
-AOE_HOT void matmul_times(const SoC& s, const CubeProblem& p, const CubePrep& c, const int64_t* st, int64_t nf,
-                          int64_t lo, int64_t hi, double* times, int32_t* reasons) {
-    for (int64_t i = lo; i < hi; ++i) {
-        const TimeReason r = cube_eval_inl<false>(s, p, c, st + i * nf, nullptr);
-        times[i] = r.time_us;
-        reasons[i] = r.reason;
-    }
+void matmul_times(const SoC& s, const CubeProblem& p, const CubePrep& c, const int64_t* st, int64_t nf, int64_t lo,
+                  int64_t hi, double* times, int32_t* reasons) {
+    cube_kernels().matmul_times(s, p, c, st, nf, lo, hi, times, reasons);
+}
+
+namespace {
+// Whether this CPU runs a kernel set of the build (null: not built).
+bool cpu_runs(const CubeKernels* k) {
+    if (!k) return false;
+    if (k == cube_kernels_base()) return true;
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+    // (libgcc reads the CPU's features in a constructor, before anything here runs)
+    if (k == cube_kernels_v4()) return __builtin_cpu_supports("x86-64-v4");
+    if (k == cube_kernels_v3()) return __builtin_cpu_supports("x86-64-v3");
+#endif
+    return false;
+}
+}  // namespace
+
+const CubeKernels& cube_kernels() {
+    static const CubeKernels* const best = [] {  // chosen once
+        for (const CubeKernels* k : {cube_kernels_v4(), cube_kernels_v3()})
+            if (cpu_runs(k)) return k;
+        return cube_kernels_base();
+    }();
+    return *best;
+}
+
+const CubeKernels* cube_kernels_named(const std::string& isa) {
+    for (const CubeKernels* k : {cube_kernels_base(), cube_kernels_v3(), cube_kernels_v4()})
+        if (k && isa == k->isa && cpu_runs(k)) return k;
+    return nullptr;
 }
 
 }  // namespace aoesim

@@ -11,9 +11,10 @@
 #include <string>
 #include <vector>
 
-// The hot kernels are also compiled for x86-64-v3 (AVX2/FMA/VEX), picked at load time when the CPU
-// has it: VEX int<->double conversions avoid the false dependencies that dominate the baseline
-// build (about 2x faster), while the module still runs on any x86-64 (and other architectures).
+// The vector model (vector.cpp) is also compiled for x86-64-v3 (AVX2/FMA/VEX), picked at load time
+// when the CPU has it: VEX int<->double conversions avoid the false dependencies that dominate the
+// baseline build (about 2x faster), while the module still runs on any x86-64 (and other
+// architectures). The Cube kernels have their own per-instruction-set builds (kernels.inc).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
 #define AOE_HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
@@ -127,8 +128,8 @@ int vector_op_count();
 const char* vector_op_name(int code);
 int vector_op_impls(int code);
 
-// Shared helpers for the models.
-inline Result invalid(int reason) {
+// Shared helpers for the models (the Cube kernels use those they call always inlined: see lanes.h).
+AOE_INLINE Result invalid(int reason) {
     Result r;
     r.reason = reason;
     r.time_us = std::numeric_limits<double>::infinity();
@@ -159,7 +160,7 @@ inline double hbm_bytes_per_cycle(const SoC& s, double freq_mhz) {
 }
 inline double dma_eff(const SoC& s, double run_bytes) { return run_bytes / (run_bytes + s.dma_overhead_bytes); }
 // Total time of a kernel and the pipe that bounds it (inline: a times-only caller drops the rest).
-inline void finish(const SoC& s, Result& r, double core_cycles, double vec_cycles, int kernels) {
+AOE_INLINE void finish(const SoC& s, Result& r, double core_cycles, double vec_cycles, int kernels) {
     r.time_us = kernels * s.launch_us + core_cycles / s.cycles_per_us() + vec_cycles / s.vec_cycles_per_us();
     int best = 0;
     for (int p = 1; p < P_COUNT; ++p)
