@@ -81,7 +81,8 @@ class FactoredSpace:
     outer: np.ndarray                                  # one row per outer choice, inner fields at a default
     expand: Callable[[np.ndarray], np.ndarray]          # outer rows -> every inner variant of each
     lower_bound: np.ndarray | None = None              # a cheap lower bound on each outer row's time (µs)
-    count: Callable[[np.ndarray], int] | None = None   # size of expand(rows) without building it
+    # size of expand(rows) without building it; with a limit, counting may stop at any total above it
+    count: Callable[..., int] | None = None
     upper_size: int | None = None                      # known bound on the size (a restricted space: its parent's)
     seeds: np.ndarray | None = None                    # known good starting points (CANN's default strategy)
     repair: Callable[[np.ndarray], np.ndarray] | None = None  # re-derive dependent fields after a change
@@ -89,6 +90,7 @@ class FactoredSpace:
     outer_cols: list[int] | None = None                # fields that identify an outer choice
     fallback: Callable[[np.ndarray], np.ndarray] | None = None  # outer rows -> their leanest staging
     parent: FactoredSpace | None = None                # a restricted space: its size is at most the parent's
+    at_least: int = 0                                  # a lower bound on the size (a count that stopped early)
     # expand of several groups of outer rows in one pass: (rows, start of each group + the end)
     expand_many: Callable[[list[np.ndarray]], tuple[np.ndarray, np.ndarray]] | None = None
     # an expander of only one implementation class's rows (matmul: `matmul_impl_class`)
@@ -117,10 +119,17 @@ class FactoredSpace:
         if len(self.outer) > limit:
             return False
         if self.upper_size is None and self.parent is not None:
-            # counted only when a search needs it (most restricted spaces are too large to ask)
+            # at most its parent's size, counted only as far as a search needs it: most spaces are far
+            # larger than the budget, and counting stops once the count passes the limit asked about
             p = self.parent
             if p.upper_size is None and p.count is not None:
-                p.upper_size = int(p.count(p.outer))
+                if p.at_least > limit:
+                    return False
+                n = int(p.count(p.outer, limit))
+                if n > limit:
+                    p.at_least = max(p.at_least, n)
+                    return False
+                p.upper_size = n
             self.upper_size = p.upper_size
         if self.upper_size is not None:
             return self.upper_size <= limit
@@ -158,7 +167,7 @@ def space_for(soc: Soc, op: SimOp) -> FactoredSpace:
         space.fallback = _conv_lean
     elif isinstance(op, VectorOp):
         rows = vector_space(soc, op)
-        space = FactoredSpace(list(VEC_FIELDS), rows, lambda r: r, count=len)
+        space = FactoredSpace(list(VEC_FIELDS), rows, lambda r: r, count=lambda r, limit=None: len(r))
     else:
         raise TypeError(f"no space for {op!r}")
     d = default_strategy(soc, op)
@@ -503,15 +512,19 @@ class _MmExpander:
         return 1 + sum(2 * ((cm <= mb) & (cn <= nb)) for cm, cn in itertools.product((1, 2, 4), repeat=2)
                        if (cm, cn) != (1, 1))
 
-    def count(self, outer: np.ndarray) -> int:
-        """Size of `expand(outer)` without building it."""
-        if not len(outer):
-            return 0
+    def count(self, outer: np.ndarray, limit: int | None = None) -> int:
+        """Size of `expand(outer)` without building it (with `limit`: any total above it once passed)."""
         outer = outer[_first_of_each(outer[:, _MM_OUTER])]
-        per = _class_counts(self._keys(outer), self._stagings)
-        mb = _cdiv(self.op.m, outer[:, _F["singleCoreM"]])
-        nb = _cdiv(self.op.n, outer[:, _F["singleCoreN"]])
-        return int((per * self._l2_variants(mb, nb)).sum())
+        total = 0
+        for i in range(0, len(outer), 2048):
+            part = outer[i:i + 2048]
+            per = _class_counts(self._keys(part), self._stagings)
+            mb = _cdiv(self.op.m, part[:, _F["singleCoreM"]])
+            nb = _cdiv(self.op.n, part[:, _F["singleCoreN"]])
+            total += int((per * self._l2_variants(mb, nb)).sum())
+            if limit is not None and total > limit:
+                break
+        return total
 
     def __call__(self, outer: np.ndarray) -> np.ndarray:
         """Every inner variant of each outer row (duplicates of the same outer shape collapse first)."""
@@ -765,7 +778,7 @@ class _ConvExpander:
         np.cumsum(counts, out=per_row[1:])
         return rows, per_row[np.concatenate([[0], np.cumsum([len(g) for g in groups])])]
 
-    def count(self, outer: np.ndarray) -> int:
+    def count(self, outer: np.ndarray, limit: int | None = None) -> int:
         """Size of `self(outer)` without building it."""
         return int(_class_counts(self._keys(outer), self._stagings).sum()) if len(outer) else 0
 
