@@ -140,3 +140,13 @@ def test_black_box_samplers():
         assert run["evaluations"] == 50 and run["gap"] is not None and run["gap"] >= 0
         # both start from CANN's default, so they are never worse than it
         assert run["best_us"] <= case["default_us"] * (1 + 1e-9)
+
+
+def test_the_gp_sampler_runs_past_its_random_start():
+    """Optuna's GP sampler (bench extra + torch): trials after its 10 random ones are GP-guided."""
+    pytest.importorskip("optuna")
+    pytest.importorskip("scipy")
+    pytest.importorskip("torch")
+    res = run_search_bench(CASES[:1], ["gp"], [12])
+    run = res.cases[0]["runs"]["gp"]["12"]
+    assert run["evaluations"] == 12 and run["gap"] is not None and run["gap"] >= 0
