@@ -58,7 +58,10 @@ def main(argv: list[str] | None = None) -> int:
         if best is None or r["total_s"] < best["total_s"]:
             best = r
     assert best is not None
-    out = {"model": args.model, "training": args.training, "operators": len(graph.ops), "priced": len(data.ops),
+    from job_bench import machine  # the bench folder's shared helper (date, CPU model)
+
+    out = {"bench": "report", **machine(), "model": args.model, "training": args.training,
+           "operators": len(graph.ops), "priced": len(data.ops),
            "distinct_cases": len(data.cases), **{k: round(v, 3) for k, v in best.items()},
            "first_import_s": round(first_import[0], 3), "first_import_cpu_s": round(first_import[1], 3),
            "html_bytes": len(html.encode("utf-8")), "goal_total_s": 2.0, "goal_html_bytes": 5 * 1024 * 1024}
