@@ -143,7 +143,7 @@ def test_expanding_groups_at_once_equals_one_group_at_a_time(op):
 @pytest.mark.parametrize("op", [sim.MatMul(m=1024, n=3072, k=768), sim.MatMul(m=64, n=4096, k=4096),
                                 sim.MatMul(m=8192, n=8192, k=8192)])
 def test_an_implementation_class_expands_to_exactly_its_members(op):
-    from aoe.opat.space import matmul_impl_class
+    from aoe.opat.inner import matmul_impl_class
 
     space = space_for(SOC, op)
     groups = _groups(space, np.random.default_rng(1))

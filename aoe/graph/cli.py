@@ -106,7 +106,7 @@ def main(argv: list[str], annotate: Callable[[Graph], dict[str, Any]] | None = N
     this floor cannot know: pricing lives above it).
     """
     args = _parser().parse_args(argv)
-    from . import load
+    from . import load  # lazily: `aoe graph --help` answers without importing the IR and its loaders
 
     graph = load(args.model, args.input_shape, training=args.training, compute_dtype=args.compute_dtype,
                  framework=args.framework)

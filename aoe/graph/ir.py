@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ..errors import AoeError
+from .cost import summarize
 from .shapes import MAX_DIM, MAX_RANK
 
 TENSOR_KINDS = ("input", "const", "param", "activation")
@@ -169,8 +170,6 @@ class Graph:
 
     def summary(self) -> dict[str, Any]:
         """Operator counts, per-operator MACs/FLOPs/bytes and totals (see ``cost.CONVENTION``)."""
-        from .cost import summarize
-
         return summarize(self)
 
     # ---- validation ----------------------------------------------------------------------------

@@ -17,6 +17,8 @@ from ..errors import AoeError
 from ..safeio import read_regular
 from .ir import Graph
 from .shapes import parse_input_shape
+from .training import derive_training
+from .zoo import zoo_model
 
 COMPUTE_DTYPES = ("float16", "float32")
 MAX_JSON_BYTES = 1 << 30
@@ -55,8 +57,6 @@ def load(model: str | os.PathLike, input_shape: str | Mapping[str, object] | Non
     if spec.startswith("zoo:"):
         if fw not in (None, "onnx"):
             raise AoeError(f"{spec} is a bundled ONNX model: load it with framework 5 (onnx) or without one")
-        from .zoo import zoo_model
-
         path, defaults, name = zoo_model(spec[4:])
         graph = _loader("onnx")(path, shapes, compute_dtype, name, defaults=defaults)
     else:
@@ -72,8 +72,6 @@ def load(model: str | os.PathLike, input_shape: str | Mapping[str, object] | Non
         graph = _loader(fw)(path, shapes, compute_dtype, path.stem)
 
     if training and not graph.training:
-        from .training import derive_training
-
         graph = derive_training(graph)
     return graph
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import AoeError
 from ..opat.apply import select_ops
+from ..ops import Unsupported, describe
 from .settings import JobSpec, _warn
 
 # names exporters give every graph: they say nothing about the model, and two models would collide
@@ -85,7 +86,6 @@ def check_inputs(graph: Any, single_ops: bool = False) -> None:
             _warn(f"operator {u.get('op')!r} ({u.get('onnx_type')}) skipped: {u.get('reason')}")
     if not single_ops:
         return
-    from ..ops import Unsupported, describe
 
     bad = []
     for op in graph.ops:

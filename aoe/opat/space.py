@@ -22,17 +22,8 @@ from ..sim import Conv2D, MatMul, SimOp, VectorOp, default_strategy, simulate_ti
 from ..sim.heuristics import CONV_FIELDS, MM_FIELDS, VEC_FIELDS
 from ..sim.ops import DTYPE_BYTES
 from ..soc import Soc
+from .inner import _C, _F, MM_OUTER, ConvExpander, MatmulExpander, _align, _cdiv
 
-_F = {name: i for i, name in enumerate(MM_FIELDS)}
-_C = {name: i for i, name in enumerate(CONV_FIELDS)}
-
-
-def _cdiv(a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray | int:
-    return -(-a // b)
-
-
-def _align(a: int, b: int) -> int:
-    return -(-a // b) * b
 
 
 def _pow2(limit: int, start: int) -> list[int]:
@@ -41,25 +32,6 @@ def _pow2(limit: int, start: int) -> list[int]:
         out.append(v)
         v *= 2
     return out or [start]
-
-
-def _small_dims_template() -> np.ndarray:
-    """Combinations of the small fields: step K (A, B), step M/N, iterate order, L1 ping-pong (A, B).
-
-    L0 ping-pong is not enumerated: in the model (as on the hardware) it never slows a kernel down,
-    so it is on whenever the base block leaves room for it (a dominance prune, not a heuristic).
-    """
-    steps = [1, 2, 4, 8, 16]
-    rows = [r for r in itertools.product(steps, steps, [1, 2], [1, 2], [0, 1], [0, 1], [0, 1])
-            if r[0] % r[1] == 0 or r[1] % r[0] == 0]
-    # K steps that depend on the outer row (equal for A and B): 0 = the whole K panel, -1 = CANN's
-    # 256-element chunks; only kept where they are not already one of the powers of two above
-    rows += [(s, s, *r) for s in (0, -1) for r in itertools.product([1, 2], [1, 2], [0, 1], [0, 1], [0, 1])]
-    return np.array(rows, dtype=np.int64)
-
-
-MM_INNER = _small_dims_template()
-_STEP_MAX = int(MM_INNER[:, 2:4].max())     # the largest M/N step of the template
 
 
 def vector_space(soc: Soc, op: VectorOp) -> np.ndarray:
@@ -174,7 +146,7 @@ def space_for(soc: Soc, op: SimOp) -> FactoredSpace:
     space.seeds = np.array([[d[f] for f in space.fields]], dtype=np.int64)
     space.valid = lambda rows: _sim_valid(soc, op, rows)
     if isinstance(op, MatMul):
-        space.outer_cols = list(_MM_OUTER)
+        space.outer_cols = list(MM_OUTER)
         _add_seed_outer(soc, space, _F["iterateOrder"])
     elif isinstance(op, Conv2D):
         space.outer_cols = [_C[f] for f in ("batchDim", "hoDim", "nDim", "groupDim", "hoL0", "woL0", "kL0", "nL0")]
@@ -296,7 +268,7 @@ def matmul_space(soc: Soc, op: MatMul) -> FactoredSpace:
                 rows.append(r)
     outer = np.concatenate(rows) if rows else np.zeros((0, len(MM_FIELDS)), np.int64)
     outer = _mm_default_inner(soc, op, outer)
-    expand = _MmExpander(soc, op)
+    expand = MatmulExpander(soc, op)
     return FactoredSpace(list(MM_FIELDS), outer, expand, _mm_lower_bound(soc, op, outer), expand.count,
                          expand_many=expand.many, expand_impl=expand.only)
 
@@ -348,231 +320,6 @@ def _mm_default_inner(soc: Soc, op: MatMul, outer: np.ndarray) -> np.ndarray:
     both = np.empty((2 * len(r), r.shape[1]), np.int64)
     both[0::2], both[1::2] = r0, r1
     return both
-
-
-_MM_OUTER = [_F[f] for f in ("usedCoreNum", "singleCoreM", "singleCoreN", "singleCoreK", "baseM", "baseN", "baseK")]
-
-
-def _first_of_each(keys: np.ndarray) -> np.ndarray:
-    """Indices of the first row of each distinct key row, in order (a hash pass, no sort)."""
-    first: dict[bytes, int] = {}
-    for i, k in enumerate(np.ascontiguousarray(keys)):
-        first.setdefault(k.tobytes(), i)
-    return np.fromiter(first.values(), np.int64, len(first))
-
-
-def matmul_impl_class(op: MatMul, rows: np.ndarray) -> np.ndarray:
-    """Class of each matmul strategy: 0 standard, 1 A resident in L1, 2 B resident, 3 split-K."""
-    s_m = np.minimum(rows[:, _F["singleCoreM"]], op.m)
-    s_n = np.minimum(rows[:, _F["singleCoreN"]], op.n)
-    s_k = np.minimum(rows[:, _F["singleCoreK"]], op.k)
-    a_res = (rows[:, _F["stepM"]] * rows[:, _F["baseM"]] >= s_m) & (rows[:, _F["stepKa"]] * rows[:, _F["baseK"]] >= s_k)
-    b_res = (rows[:, _F["stepN"]] * rows[:, _F["baseN"]] >= s_n) & (rows[:, _F["stepKb"]] * rows[:, _F["baseK"]] >= s_k)
-    cls = np.where(a_res, 1, np.where(b_res, 2, 0))
-    return np.where(rows[:, _F["singleCoreK"]] < op.k, 3, cls)
-
-
-# the inner fields a staging sets, in the order of `_MmExpander._stagings`' columns
-_MM_STAGING = [_F[f] for f in ("stepKa", "stepKb", "stepM", "stepN", "iterateOrder", "depthA1", "depthB1")]
-
-
-def _classes(keys: np.ndarray, stagings: Callable[[tuple[int, ...]], np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
-    """The stagings of each distinct class key among `keys` (one per row, non-negative ints; `stagings(key)`
-    asked once per distinct key) and the index of each row's class."""
-    radix = keys.max(axis=0) + 1 if len(keys) else np.ones(keys.shape[1], np.int64)
-    if float(np.prod(radix.astype(np.float64))) < 2.0 ** 62:
-        codes = np.zeros(len(keys), np.int64)      # one int per key: a 1-D unique is much cheaper
-        for j in range(keys.shape[1]):
-            codes = codes * radix[j] + keys[:, j]
-        _, first, inv = np.unique(codes, return_index=True, return_inverse=True)
-        uniq = keys[first]
-    else:
-        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-    return [stagings(tuple(k)) for k in uniq.tolist()], inv.ravel()
-
-
-def _class_counts(keys: np.ndarray, stagings: Callable[[tuple[int, ...]], np.ndarray]) -> np.ndarray:
-    """How many stagings each row's class has."""
-    tables, inv = _classes(keys, stagings)
-    return np.fromiter((len(t) for t in tables), np.int64, len(tables))[inv]
-
-
-def _by_class(keys: np.ndarray, stagings: Callable[[tuple[int, ...]], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's class stagings, gathered at once: (the stagings of every row, one after the other;
-    how many each row has)."""
-    tables, inv = _classes(keys, stagings)
-    sizes = np.fromiter((len(t) for t in tables), np.int64, len(tables))
-    counts = sizes[inv]
-    total = int(counts.sum())
-    if not total:
-        return np.zeros((0, tables[0].shape[1] if tables else 0), np.int64), counts
-    starts = np.zeros(len(sizes), np.int64)
-    np.cumsum(sizes[:-1], out=starts[1:])
-    ends = np.cumsum(counts)
-    # row r's stagings sit at starts[class of r] ... in the flat table; its output rows at ends[r] - counts[r] ...
-    idx = np.repeat(starts[inv] - (ends - counts), counts) + np.arange(total)
-    return np.concatenate(tables)[idx], counts
-
-
-@functools.lru_cache(maxsize=4096)
-def _k_stagings(bk: int, k_iter: int) -> tuple[np.ndarray, np.ndarray]:
-    """The `MM_INNER` template for one K block and K-iteration count: the staging fields of every
-    template row (columns as `_MM_STAGING`) and which rows are legal on the K side alone."""
-    t = MM_INNER  # stepKa, stepKb, stepM, stepN, order, L1 db A, L1 db B
-    chunk = max(1, min(k_iter, max(1, 256 // bk)))
-    ska = np.where(t[:, 0] == 0, k_iter, np.where(t[:, 0] == -1, chunk, t[:, 0]))
-    skb = np.where(t[:, 1] == 0, k_iter, np.where(t[:, 1] == -1, chunk, t[:, 1]))
-    pow2 = (ska & (ska - 1)) == 0
-    # the whole-panel and 256-chunk rows only where they are not one of the powers of two already
-    fresh = (t[:, 0] > 0) | ((~pow2 | (ska > 16)) & ((t[:, 0] == 0) | (ska != k_iter)))
-    table = np.stack([ska, skb, t[:, 2], t[:, 3], t[:, 4], t[:, 2] * ska * (1 + t[:, 5]),
-                      t[:, 3] * skb * (1 + t[:, 6])], axis=1)
-    legal = (ska <= k_iter) & (skb <= k_iter) & fresh
-    table.setflags(write=False)
-    legal.setflags(write=False)
-    return table, legal
-
-
-@functools.lru_cache(maxsize=65536)
-def _block_stagings(bm: int, bn: int, bk: int, k_iter: int, ea: int, bias: bool, l1_cap: int
-                    ) -> tuple[np.ndarray, np.ndarray]:
-    """`_k_stagings` of one base block, with the rows whose L1 buffers do not fit dropped from the mask."""
-    table, legal = _k_stagings(bk, k_iter)
-    step_n, da, db = table[:, 3], table[:, 5], table[:, 6]
-    l1 = (da * bm + db * bn) * bk * ea + (step_n * bn * 4 if bias else 0)
-    ok = legal & (l1 <= l1_cap)
-    ok.setflags(write=False)
-    return table, ok
-
-
-# the template's M (0) and N (1) steps: which rows step at most / at least m blocks, m up to _STEP_MAX + 1
-_STEP_UPTO = [{m: MM_INNER[:, 2 + d] <= m for m in range(1, _STEP_MAX + 2)} for d in (0, 1)]
-_STEP_FROM = [{m: MM_INNER[:, 2 + d] >= m for m in range(1, _STEP_MAX + 2)} for d in (0, 1)]
-
-
-class _MmExpander:
-    """Every inner variant of matmul outer rows.
-
-    The legal L1 stagings of an outer row depend only on its base block and its iteration counts
-    (baseM/N/K, kIter, mIter/nIter up to the largest step, split-K or not): a handful of classes
-    however many core splits share them. Each class's stagings are derived once (from the
-    `MM_INNER` template, see `_k_stagings`) and reused, so a search that expands a few outer rows
-    at a time does not pay the template's masks again for each of them.
-    """
-
-    def __init__(self, soc: Soc, op: MatMul, impl: int | None = None) -> None:
-        self.soc, self.op, self.impl = soc, op, impl
-        self.ea = DTYPE_BYTES[op.dtype]
-        # operands beyond half of L2: L2 tiling variants too
-        self.l2 = (op.m * op.k + op.k * op.n) * self.ea > 0.5 * soc.l2
-        self._classes: dict[tuple[int, ...], np.ndarray] = {}
-        self._only: dict[int, _MmExpander] = {}
-
-    def only(self, impl: int) -> _MmExpander:
-        """An expander of the same rows restricted to one implementation class (`matmul_impl_class`)."""
-        got = self._only.get(impl)
-        if got is None:
-            got = self._only[impl] = _MmExpander(self.soc, self.op, impl)
-        return got
-
-    def _stagings(self, key: tuple[int, ...]) -> np.ndarray:
-        """The legal stagings of one class (rows of `_MM_STAGING` values, in template order)."""
-        got = self._classes.get(key)
-        if got is not None:
-            return got
-        bm, bn, bk, m_iter, n_iter, k_iter, split_k = key
-        table, ok = _block_stagings(bm, bn, bk, k_iter, self.ea, bool(self.op.bias), self.soc.l1)
-        ok = ok & _STEP_UPTO[0][m_iter] & _STEP_UPTO[1][n_iter]
-        if self.impl is not None:
-            # `matmul_impl_class` of these rows: stepM * baseM >= min(singleCoreM, M) is stepM >= mIter, ...
-            if split_k:
-                ok = ok if self.impl == 3 else np.zeros_like(ok)
-            else:
-                a_res = _STEP_FROM[0][m_iter] & (table[:, 0] >= k_iter)
-                b_res = _STEP_FROM[1][n_iter] & (table[:, 1] >= k_iter)
-                ok = ok & {0: ~a_res & ~b_res, 1: a_res, 2: ~a_res & b_res}.get(self.impl, np.zeros_like(ok))
-        got = self._classes[key] = table[ok]
-        return got
-
-    def _keys(self, outer: np.ndarray) -> np.ndarray:
-        """The class key of each outer row (see `_stagings`)."""
-        op = self.op
-        bm, bn, bk = (outer[:, _F[f]] for f in ("baseM", "baseN", "baseK"))
-        # the template's M/N steps are at most _STEP_MAX: beyond one more, mIter and nIter make no difference
-        return np.stack([bm, bn, bk,
-                         np.minimum(_cdiv(np.minimum(outer[:, _F["singleCoreM"]], op.m), bm), _STEP_MAX + 1),
-                         np.minimum(_cdiv(np.minimum(outer[:, _F["singleCoreN"]], op.n), bn), _STEP_MAX + 1),
-                         _cdiv(np.minimum(outer[:, _F["singleCoreK"]], op.k), bk),
-                         outer[:, _F["singleCoreK"]] < op.k], axis=1)
-
-    def _l2_variants(self, mb: np.ndarray, nb: np.ndarray) -> np.ndarray:
-        """How many L2 tilings each row has (1 without L2 tiling)."""
-        if not self.l2:
-            return np.ones(len(mb), np.int64)
-        return 1 + sum(2 * ((cm <= mb) & (cn <= nb)) for cm, cn in itertools.product((1, 2, 4), repeat=2)
-                       if (cm, cn) != (1, 1))
-
-    def count(self, outer: np.ndarray, limit: int | None = None) -> int:
-        """Size of `expand(outer)` without building it (with `limit`: any total above it once passed)."""
-        outer = outer[_first_of_each(outer[:, _MM_OUTER])]
-        total = 0
-        for i in range(0, len(outer), 2048):
-            part = outer[i:i + 2048]
-            per = _class_counts(self._keys(part), self._stagings)
-            mb = _cdiv(self.op.m, part[:, _F["singleCoreM"]])
-            nb = _cdiv(self.op.n, part[:, _F["singleCoreN"]])
-            total += int((per * self._l2_variants(mb, nb)).sum())
-            if limit is not None and total > limit:
-                break
-        return total
-
-    def __call__(self, outer: np.ndarray) -> np.ndarray:
-        """Every inner variant of each outer row (duplicates of the same outer shape collapse first)."""
-        outer = outer[_first_of_each(outer[:, _MM_OUTER])]
-        return self._expand(outer, np.zeros(len(outer), np.int64))[0]
-
-    def many(self, groups: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """`self(group)` of every group at once: the rows, group after group, and where each group starts."""
-        gid = np.repeat(np.arange(len(groups)), [len(g) for g in groups])
-        outer = np.concatenate(groups)
-        first = _first_of_each(np.column_stack([gid, outer[:, _MM_OUTER]]))  # duplicates collapse per group
-        rows, rgid = self._expand(outer[first], gid[first])
-        if self.l2:  # the L2 variants come after their group's plain rows, as `self(group)` orders them
-            order = np.argsort(rgid, kind="stable")
-            rows, rgid = rows[order], rgid[order]
-        return rows, np.searchsorted(rgid, np.arange(len(groups) + 1))
-
-    def _expand(self, outer: np.ndarray, gid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The inner variants of distinct outer rows (and the group of each variant, from `gid`)."""
-        op = self.op
-        stagings, counts = _by_class(self._keys(outer), self._stagings)
-        base = np.repeat(outer, counts, axis=0)
-        bgid = np.repeat(gid, counts)
-        if not len(base):
-            return base, bgid
-        base[:, _MM_STAGING] = stagings
-        mb, nb = _cdiv(op.m, base[:, _F["singleCoreM"]]), _cdiv(op.n, base[:, _F["singleCoreN"]])
-        base[:, _F["tilingEnable"]] = 0
-        base[:, _F["l2MTileCnt"]] = base[:, _F["l2NTileCnt"]] = 1
-        base[:, _F["l2MTileBlock"]], base[:, _F["l2NTileBlock"]] = mb, nb
-        base[:, _F["l2IterateOrder"]] = 0
-        if not self.l2:
-            return base, bgid
-        variants, vgids = [base], [bgid]
-        for cm, cn in itertools.product((1, 2, 4), repeat=2):
-            if (cm, cn) == (1, 1):
-                continue
-            sel = (cm <= mb) & (cn <= nb)
-            for order in (0, 1):
-                v = base[sel].copy()
-                blm, bln = _cdiv(mb[sel], cm), _cdiv(nb[sel], cn)
-                v[:, _F["tilingEnable"]] = 1
-                v[:, _F["l2MTileBlock"]], v[:, _F["l2NTileBlock"]] = blm, bln
-                v[:, _F["l2MTileCnt"]], v[:, _F["l2NTileCnt"]] = _cdiv(mb[sel], blm), _cdiv(nb[sel], bln)
-                v[:, _F["l2IterateOrder"]] = order
-                variants.append(v)
-                vgids.append(bgid[sel])
-        return np.concatenate(variants), np.concatenate(vgids)
 
 
 def _mm_lower_bound(soc: Soc, op: MatMul, outer: np.ndarray) -> np.ndarray:
@@ -657,7 +404,7 @@ def conv_space(soc: Soc, op: Conv2D) -> FactoredSpace:
         k_ = np.full(len(outer), k_al // c0)
     cube = m * n_ * k_ * _cdiv(g, gd)
     lb = soc.launch_us + cube.astype(np.float64) / soc.freq_mhz
-    expand = _ConvExpander(op, filt, win, c0, k_al)
+    expand = ConvExpander(op, filt, win, c0, k_al)
     return FactoredSpace(list(CONV_FIELDS), outer, expand, lb, expand.count, expand_many=expand.many)
 
 
@@ -692,7 +439,7 @@ def _conv_default_inner(soc: Soc, op: Conv2D, outer: np.ndarray, filt: bool, win
     """One legal L1 staging per outer conv row, in both iterate orders: what a search's outer phase prices.
 
     The smallest hoL1 multiple, the largest K chunk in whole windows (dW: the smallest), full ping-pong;
-    a row with no legal staging is dropped. `_ConvExpander` gives every staging.
+    a row with no legal staging is dropped. `ConvExpander` gives every staging.
     """
     if not len(outer):
         return outer.reshape(-1, len(CONV_FIELDS))
@@ -727,80 +474,3 @@ def _conv_default_inner(soc: Soc, op: Conv2D, outer: np.ndarray, filt: bool, win
     out[:, _C["pBufferFlag"]] = 31
     out[:, _C["iterateMNOrder"]] = np.tile(np.array([0, 1]), len(staged))
     return out
-
-
-_CONV_STAGING = [_C[f] for f in ("hoL1", "kAL1", "kBL1", "pBufferFlag", "iterateMNOrder")]
-
-
-class _ConvExpander:
-    """Every L1 staging of conv outer rows (hoL1 multiples, K chunks in whole windows, L1 ping-pong, order).
-
-    The legal stagings of an outer row depend only on its L0 rows, how many of them its core's rows
-    hold, its K block and (dW) its channel groups per core: each class's stagings are derived once
-    and reused, in the order
-    hoL1 multiple, kAL1, kBL1, then ping-pong (L0 always, L1 A/B enumerated) and iterate order.
-    """
-
-    def __init__(self, op: Conv2D, filt: bool, win: int, c0: int, k_al: int) -> None:
-        self.filt, self.win, self.k_al = filt, win, k_al
-        _, c, h, _ = op.x
-        self.c1_total = _cdiv(c // op.groups, c0)
-        self.co_g = op.weight[0] // op.groups
-        self.out_h = h if op.op_type.endswith("BackpropInput") else op.out_hw[0]
-        self._classes: dict[tuple[int, ...], np.ndarray] = {}
-
-    def _stagings(self, key: tuple[int, ...]) -> np.ndarray:
-        """The legal stagings of one class (rows of `_CONV_STAGING` values, in the expansion's order)."""
-        got = self._classes.get(key)
-        if got is None:
-            ho_l0, n_hm, k_l0, n_kb = key
-            hm = (1, 2, 4, 8)[:n_hm]
-            if self.filt:
-                ka = [k_l0 * m for m in (1, 2, 4) if k_l0 * m <= _align(self.co_g, 16)]
-                kb: list[int | None] = [self.win * m for m in (1, 2, 4)[:n_kb]]
-            else:
-                ka = [self.win * m for m in (1, 2, 4, 8)
-                      if self.win * m <= _cdiv(self.k_al, self.win) * self.win and (self.win * m) % k_l0 == 0]
-                kb = [None]     # kBL1 = kAL1
-            rows = [(ho_l0 * m, a, a if b is None else b, pb, order)
-                    for m in hm for a in ka for b in kb for pb in (28, 29, 30, 31) for order in (0, 1)]
-            got = self._classes[key] = np.array(rows, np.int64).reshape(-1, len(_CONV_STAGING))
-        return got
-
-    def __call__(self, outer: np.ndarray) -> np.ndarray:
-        """Every staging of each outer row, row by row."""
-        return self._expand(outer)[0]
-
-    def many(self, groups: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """`self(group)` of every group at once: the rows, group after group, and where each group starts."""
-        rows, counts = self._expand(np.concatenate(groups))
-        per_row = np.zeros(len(counts) + 1, np.int64)
-        np.cumsum(counts, out=per_row[1:])
-        return rows, per_row[np.concatenate([[0], np.cumsum([len(g) for g in groups])])]
-
-    def count(self, outer: np.ndarray, limit: int | None = None) -> int:
-        """Size of `self(outer)` without building it."""
-        return int(_class_counts(self._keys(outer), self._stagings).sum()) if len(outer) else 0
-
-    def _keys(self, outer: np.ndarray) -> np.ndarray:
-        """The class key of each outer row: L0 rows, how many hoL1 multiples fit the core's rows, the
-        K block, how many kBL1 multiples fit the core's channel groups (dW)."""
-        ho_l0 = outer[:, _C["hoL0"]]
-        rows = np.maximum(_cdiv(self.out_h, outer[:, _C["hoDim"]]), ho_l0)
-        n_hm = sum((ho_l0 * m <= rows).astype(np.int64) for m in (1, 2, 4, 8))
-        if self.filt:
-            groups = _cdiv(self.c1_total, outer[:, _C["nDim"]])
-            n_kb = sum((m <= groups).astype(np.int64) for m in (1, 2, 4))
-        else:
-            n_kb = np.zeros(len(outer), np.int64)
-        return np.stack([ho_l0, n_hm, outer[:, _C["kL0"]], n_kb], axis=1)
-
-    def _expand(self, outer: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The stagings of each outer row, and how many each has."""
-        if not len(outer):
-            return outer.reshape(-1, len(CONV_FIELDS)), np.zeros(0, np.int64)
-        stagings, counts = _by_class(self._keys(outer), self._stagings)
-        out = np.repeat(outer, counts, axis=0)
-        if len(out):
-            out[:, _CONV_STAGING] = stagings
-        return out, counts

@@ -34,8 +34,9 @@ from ..sim import Conv2D, MatMul, SimOp, VectorOp, default_strategy, simulate, s
 from ..sim.heuristics import MM_FIELDS, default_vector
 from ..sim.ops import DTYPE_BYTES
 from ..soc import Soc, load_soc
+from .inner import matmul_impl_class
 from .search import Budget, Measure, SearchResult, as_measure, search, simulator_measure
-from .space import FactoredSpace, matmul_impl_class, space_for
+from .space import FactoredSpace, space_for
 
 KINDS = ("Schedule", "Format", "Impl")
 _F = {name: i for i, name in enumerate(MM_FIELDS)}

@@ -93,7 +93,7 @@ def write_skipped_log(path: str | os.PathLike[str], entries: Iterable[Mapping[st
 
 def graph_main(argv: list[str]) -> int:
     """`aoe graph`: the graph summary plus the operators the simulator cannot price."""
-    from ..graph import cli
+    from ..graph import cli  # lazily: only the `aoe graph` command needs the graph's command line
 
     def annotate(graph: Graph) -> dict[str, Any]:
         return {"unmodelled": unmodelled(graph)}
