@@ -218,11 +218,14 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=2000)
     ap.add_argument("--dir", default=None, help="keep the files here (default: a temp dir, removed)")
     a = ap.parse_args()
+    from job_bench import machine  # the bench folder's shared helper (date, CPU model)
+
+    where = {"bench": "torture", **machine(), "seed": a.seed, "budget": a.budget}
     if a.dir:
-        print(json.dumps(run(a.rounds, a.jobs, a.seed, Path(a.dir), a.budget), indent=1))
+        print(json.dumps({**where, **run(a.rounds, a.jobs, a.seed, Path(a.dir), a.budget)}, indent=1))
         return
     with tempfile.TemporaryDirectory() as tmp:
-        print(json.dumps(run(a.rounds, a.jobs, a.seed, Path(tmp), a.budget), indent=1))
+        print(json.dumps({**where, **run(a.rounds, a.jobs, a.seed, Path(tmp), a.budget)}, indent=1))
 
 
 if __name__ == "__main__":
