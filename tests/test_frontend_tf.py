@@ -7,6 +7,7 @@ budget is 2000 evaluations per case (the `env` fixture), so tuning takes seconds
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from collections import Counter
@@ -434,6 +435,63 @@ def test_legacy_optimizer_kernels_map_to_cann_apply_ops() -> None:
     assert set(apply) == {"ApplyAdamD", "ApplyKerasMomentumD", "ApplyGradientDescent"}, g.op_counts()
     assert g.tensors[apply["ApplyAdamD"].outputs[0]].shape == (16, 8)
     assert g.tensors[apply["ApplyKerasMomentumD"].outputs[0]].shape == (8,)
+
+
+def test_fused_batch_norm_bias_add_grad_and_an_unsupported_op(caplog: pytest.LogCaptureFixture) -> None:
+    """TF's fused kernels as Keras 2 and tf.compat.v1 graphs hold them (Keras 3 decomposes its layers):
+    FusedBatchNormV3 -> BNTrainingReduce + BNTrainingUpdate (inference: BNInfer), its gradient
+    FusedBatchNormGradV3 -> BNTrainingUpdateGrad + BNTrainingReduceGrad, BiasAddGrad -> ReduceSumD over
+    all but the channel axis; an op without a mapping (Cumsum) is opaque with one warning naming it."""
+    f = tf.Variable(tf.random.normal((3, 3, 4, 8), seed=0), name="f")
+    scale, offset, b = tf.Variable(tf.ones((8,)), name="scale"), tf.Variable(tf.zeros((8,)), name="offset"), \
+        tf.Variable(tf.zeros((8,)), name="b")
+    mean = tf.Variable(tf.zeros((8,)), trainable=False, name="moving_mean")
+    var = tf.Variable(tf.ones((8,)), trainable=False, name="moving_variance")
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            h = tf.nn.conv2d(x, f, 1, "SAME")
+            # Keras 2's fused batch norm in training: the moving statistics updated by the kernel itself
+            y, new_mean, new_var, *_ = tf.raw_ops.FusedBatchNormV3(
+                x=h, scale=scale, offset=offset, mean=mean, variance=var, epsilon=1e-3,
+                exponential_avg_factor=0.01, is_training=True)
+            loss = tf.reduce_sum(tf.math.cumsum(tf.nn.bias_add(tf.nn.relu(y), b), axis=1))
+        grads = tape.gradient(loss, [f, scale, offset, b])
+        for v, g in zip([f, scale, offset, b], grads):
+            tf.raw_ops.ResourceApplyGradientDescent(var=v.handle, alpha=tf.constant(0.1), delta=g)
+        mean.assign(new_mean)
+        var.assign(new_var)
+        return loss
+
+    with caplog.at_level(logging.WARNING, logger="aoe.graph"):
+        g = training_graph(step, tf.TensorSpec((2, 8, 8, 4)), name="bn_step")
+    ops = {op.type: op for op in g.ops}
+    for t in ("BNTrainingReduce", "BNTrainingUpdate", "BNTrainingUpdateGrad", "BNTrainingReduceGrad"):
+        assert g.op_counts()[t] == 1 and ops[t].attrs["tf_type"].startswith("FusedBatchNorm"), g.op_counts()
+    shape = lambda name: g.tensors[name].shape  # noqa: E731
+    assert [shape(t) for t in ops["BNTrainingReduce"].inputs] == [(2, 8, 8, 8)]           # NCHW
+    assert [shape(t) for t in ops["BNTrainingReduce"].outputs] == [(8,), (8,)]            # sum, square sum
+    assert shape(ops["BNTrainingUpdate"].outputs[0]) == (2, 8, 8, 8) and ops["BNTrainingUpdate"].attrs["factor"] == pytest.approx(0.01)
+    assert ops["BNTrainingUpdate"].inputs[5:] == ["moving_mean", "moving_variance"]
+    assert [shape(t) for t in ops["BNTrainingUpdateGrad"].outputs] == [(8,), (8,)]        # d scale, d offset
+    # the batch norm's input gradient feeds the filter gradient of the conv before it
+    dx = ops["BNTrainingReduceGrad"].outputs[0]
+    assert shape(dx) == (2, 8, 8, 8) and dx in ops["Conv2DBackpropFilter"].inputs
+    (bias_grad,) = [op for op in g.ops if op.attrs.get("tf_type") == "BiasAddGrad"]
+    assert bias_grad.type == "ReduceSumD" and bias_grad.attrs["axes"] == [0, 2, 3]
+    assert shape(bias_grad.outputs[0]) == (8,) and not bias_grad.attrs["keep_dims"]
+    assert g.op_counts()["ApplyGradientDescent"] == 4
+    assert {u["tf_type"] for u in g.unsupported} == {"Cumsum"} and len(g.unsupported) == 2   # forward, backward
+    warned = [r.getMessage() for r in caplog.records if r.name == "aoe.graph" and r.levelno == logging.WARNING]
+    assert warned == ["aoe: model 'bn_step': TensorFlow operator 'Cumsum' is not supported (no CANN mapping for this "
+                      "TensorFlow operator); it is kept as an opaque node that tuning skips"]
+    assert set(describe_failures(g)) <= NO_KERNEL_MODEL | {"ApplyGradientDescent"}
+    # inference: one BNInfer
+    cf = tf.function(lambda x: tf.raw_ops.FusedBatchNormV3(x=x, scale=scale, offset=offset, mean=mean, variance=var,
+                                                           epsilon=1e-3, is_training=False)[0])
+    gi = from_concrete_function(cf.get_concrete_function(tf.TensorSpec((2, 8, 8, 8))), name="bn_infer")
+    assert gi.op_counts() == {"BNInfer": 1} and not gi.unsupported
 
 
 def test_the_command_tunes_a_saved_model_with_framework_3(tmp_path: Path, job_env: dict[str, str]) -> None:
