@@ -277,6 +277,8 @@ def test_callback_leaves_losses_unchanged(env: Path, capsys: pytest.CaptureFixtu
 
 
 def test_resnet50_fit_step_mode2(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keras ResNet50 tuned on its first fit step; a second tuned run finds every case in the bank; the
+    same step (same weights and optimizer state, same batch) without tuning gives the same loss."""
     monkeypatch.setenv("AOE_MODE", "2")
     monkeypatch.setenv("ASCEND_WORK_PATH", str(env / "work"))
     (env / "work").mkdir()
@@ -285,15 +287,36 @@ def test_resnet50_fit_step_mode2(env: Path, monkeypatch: pytest.MonkeyPatch) -> 
     ops.write_text(json.dumps({"tune_ops_type": ["Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"]}))
     m = resnet50(64, classes=10)
     m.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    m.optimizer.build(m.trainable_variables)
+    # the state before the first step, to replay it without tuning (no recompile: Keras' traced step is reused)
+    weights, opt_state = m.get_weights(), [v.numpy() for v in m.optimizer.variables]
     rng = np.random.default_rng(0)
+    x, y = rng.random((2, 64, 64, 3)).astype("float32"), rng.integers(0, 10, (2,))
+
+    def one_step(cb: object) -> list[float]:
+        return m.fit(x, y, batch_size=2, epochs=1, verbose=0, shuffle=False, callbacks=[cb]).history["loss"]
+
     cb = aoe.tf.TuneCallback({"aoe_config_file": str(ops)})
-    m.fit(rng.random((2, 64, 64, 3)).astype("float32"), rng.integers(0, 10, (2,)), batch_size=2, epochs=1,
-          verbose=0, callbacks=[cb])
+    tuned = one_step(cb)
     res = cb.result
     assert res.status == "tuning successful" and res.result_file.parent == env / "work"
     data = check_result(res.result_file, "opat")
-    assert res.section["repo_summary"]["repo_add_num"] > 0
+    first = res.section["repo_summary"]
+    assert first["repo_add_num"] > 0 and first["repo_hit_num"] == 0
     assert list((env / "bank" / "Ascend910B2").rglob("*.*"))
+    # a second run on the same bank (the model trains on: same shapes, same cases): all from the bank
+    cb2 = aoe.tf.TuneCallback({"aoe_config_file": str(ops)})
+    one_step(cb2)
+    second = cb2.result.section["repo_summary"]
+    assert second["repo_add_num"] == 0 and second["repo_hit_num"] == first["repo_add_num"]
+    assert second["total_num"] == first["total_num"] and cb2.result.result_file != res.result_file
+    # tuning off (AOE_MODE unset), the first step replayed: the loss tuning saw is the loss training sees
+    monkeypatch.delenv("AOE_MODE")
+    m.set_weights(weights)
+    for v, value in zip(m.optimizer.variables, opt_state):
+        v.assign(value)
+    off = aoe.tf.TuneCallback()
+    assert one_step(off) == tuned and off.result is None
     assert {r.op_type for r in res.report.records if not r.skipped} <= \
         {"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"}
     assert next(iter(data.values()))[0]["basic"]["tuning_name"] == m.name
