@@ -367,13 +367,28 @@ def test_encoder_mode2_second_run_hits_bank(env: Path, capsys: pytest.CaptureFix
 
 
 def test_encoder_mode1_ascend910a(env: Path) -> None:
+    """Subgraph tuning (AOE_MODE=1) of a Keras training step on Ascend910A: the first fit writes the
+    subgraph bank, a second tuned fit of the same model finds every subgraph the first added in it."""
+    from aoe.bank.subgraph import SUBGRAPH_FILE, SubgraphBank
+
     config = {"aoe_mode": "1", "soc_version": "Ascend910A", "work_path": str(env), "tune_bank_path": str(env / "bank")}
     x, y = encoder_data()
-    cb = aoe.tf.TuneCallback(config)
-    encoder().fit(x, y, batch_size=2, epochs=1, verbose=0, callbacks=[cb])
-    assert cb.result.kind == "sgat" and cb.result.status == "tuning successful"
-    check_result(cb.result.result_file, "sgat")
-    assert cb.result.result_file.name.startswith("aoe_result_sgat_")
+    m = encoder()
+    results = []
+    for _ in range(2):
+        cb = aoe.tf.TuneCallback(config)
+        m.fit(x, y, batch_size=2, epochs=1, verbose=0, callbacks=[cb])
+        assert cb.result.kind == "sgat" and cb.result.status == "tuning successful"
+        check_result(cb.result.result_file, "sgat")
+        assert cb.result.result_file.name.startswith("aoe_result_sgat_")
+        results.append(cb.result)
+    first, second = (r.section["repo_summary"] for r in results)
+    assert first["repo_add_num"] > 0 and first["repo_hit_num"] == 0
+    (bank_file,) = (env / "bank").rglob(SUBGRAPH_FILE)
+    assert len(list(SubgraphBank(bank_file.parent).entries())) == first["repo_add_num"]
+    assert second["repo_add_num"] == 0 and second["repo_hit_num"] == first["repo_add_num"]
+    assert second["total_num"] == first["total_num"]
+    assert results[1].section["repo_modified_subgraphs"]["add_repo_subgraphs"] == []
 
 
 def test_tune_step_custom_loop(env: Path) -> None:
