@@ -241,8 +241,13 @@ def test_resnet50_training_under_aoe_mode_2_tunes_into_the_bank_and_then_hits(en
 
 
 def test_bert_training_under_the_backend_equals_eager_and_every_op_is_tunable(tmp_path: Path) -> None:
+    """Hugging Face BertForSequenceClassification under torch.compile(backend=aoe.torch.backend(mode="op")):
+    eager's losses, every operator tunable, the op bank written; a fresh compile on the same bank adds
+    nothing and finds every case the first run stored."""
+    from aoe.bank.store import OpBank
+
     model, data, step = _bert_case()
-    eager = copy.deepcopy(model)
+    eager, twin = copy.deepcopy(model), copy.deepcopy(model)
     be = aoe.torch.backend(mode="op", **_opts(tmp_path))
     assert _train(model, data, step, compiled_with=be) == _train(eager, data, step)
     assert [r.tuning_name for r in be.results] == ["torch_graph1_forward", "torch_graph1_backward"]
@@ -254,6 +259,20 @@ def test_bert_training_under_the_backend_equals_eager_and_every_op_is_tunable(tm
     for g in be.graphs:
         assert not g.unsupported
         _describable(g)
+    first = [r.section["repo_summary"] for r in be.results]
+    added = sum(s["repo_add_num"] for s in first)
+    assert first[0]["repo_add_num"] > 0 and first[0]["repo_hit_num"] == 0
+    bank = OpBank(tmp_path / "bank" / "Ascend910B2", "Ascend910B2")
+    assert {"MatMulV2", "BatchMatMulV2"} <= set(bank.op_types()) and len(list(bank.entries())) == added
+
+    torch._dynamo.reset()                                  # a fresh compile, as a new training run does
+    be2 = aoe.torch.backend(mode="op", **_opts(tmp_path))
+    _train(twin, data, step, compiled_with=be2, steps=1)
+    assert [r.tuning_name for r in be2.results] == ["torch_graph1_forward", "torch_graph1_backward"]
+    assert be2.result_file != be.result_file
+    for s1, s2 in zip(first, (r.section["repo_summary"] for r in be2.results)):
+        assert s2["repo_add_num"] == 0 and s2["repo_hit_num"] == s1["repo_add_num"] + s1["repo_hit_num"] > 0
+    assert len(list(bank.entries())) == added
 
 
 def test_bert_under_subgraph_tuning_on_ascend910a(tmp_path: Path) -> None:
@@ -298,6 +317,44 @@ def test_symbolic_recompilation_is_reported_and_still_runs(tmp_path: Path) -> No
         y = f(x)
     assert torch.equal(y, torch.relu(x @ x.T))
     assert be.results == [] and len(be.skipped) == 1
+
+
+def test_a_new_static_shape_is_a_new_graph_tuned_into_the_bank(tmp_path: Path) -> None:
+    """torch.compile(..., dynamic=False): a call at a new shape recompiles, and that static graph is
+    tuned as a graph of its own (its own task, the new shape's cases in the bank). Left to dynamo's
+    default, the recompilation is symbolic instead, and reported as not tuned."""
+    from aoe.bank.store import OpBank
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 16))
+    be = aoe.torch.backend(mode="op", **_opts(tmp_path))
+    f = torch.compile(model, backend=be, dynamic=False)
+    with torch.no_grad():
+        for n in (16, 48):
+            x = torch.randn(n, 64)
+            assert torch.equal(f(x), model(x))
+    assert [r.tuning_name for r in be.results] == ["torch_graph1_inference", "torch_graph2_inference"]
+    assert not be.skipped and all(r.status == "tuning successful" for r in be.results)
+    assert [[g.tensors[t].shape for t in g.inputs if g.tensors[t].kind == "input"] for g in be.graphs] == \
+        [[(16, 64)], [(48, 64)]]
+    assert [r.section["repo_summary"]["repo_hit_num"] for r in be.results] == [0, 0]   # nothing shared
+    result = json.loads(be.result_file.read_text())
+    validate(result, "opat")
+    assert [t[0]["basic"]["tuning_name"] for t in result.values()] == ["torch_graph1_inference",
+                                                                      "torch_graph2_inference"]
+    bank = OpBank(tmp_path / "bank" / "Ascend910B2", "Ascend910B2")
+    mm = sorted((e.info_dict["m"], e.info_dict["k"], e.info_dict["n"]) for e in bank.entries("MatMulV2"))
+    assert mm == [(16, 64, 128), (16, 128, 16), (48, 64, 128), (48, 128, 16)]
+
+    torch._dynamo.reset()
+    be_default = aoe.torch.backend(mode="op", **_opts(tmp_path))
+    g = torch.compile(model, backend=be_default)
+    with torch.no_grad():
+        g(torch.randn(16, 64))
+        with pytest.warns(UserWarning, match=r"torch_graph2_inference is not tuned: .*symbolic"):
+            g(torch.randn(48, 64))
+    assert [r.tuning_name for r in be_default.results] == ["torch_graph1_inference"]
+    assert len(be_default.skipped) == 1
 
 
 def test_a_tune_ops_file_limits_what_the_backend_tunes(tmp_path: Path) -> None:
