@@ -507,7 +507,7 @@ def test_fused_batch_norm_bias_add_grad_and_an_unsupported_op(caplog: pytest.Log
     ops = {op.type: op for op in g.ops}
     for t in ("BNTrainingReduce", "BNTrainingUpdate", "BNTrainingUpdateGrad", "BNTrainingReduceGrad"):
         assert g.op_counts()[t] == 1 and ops[t].attrs["tf_type"].startswith("FusedBatchNorm"), g.op_counts()
-    shape = lambda name: g.tensors[name].shape  # noqa: E731
+    shape = lambda name: g.tensors[name].shape
     assert [shape(t) for t in ops["BNTrainingReduce"].inputs] == [(2, 8, 8, 8)]           # NCHW
     assert [shape(t) for t in ops["BNTrainingReduce"].outputs] == [(8,), (8,)]            # sum, square sum
     assert shape(ops["BNTrainingUpdate"].outputs[0]) == (2, 8, 8, 8) and ops["BNTrainingUpdate"].attrs["factor"] == pytest.approx(0.01)
@@ -522,8 +522,8 @@ def test_fused_batch_norm_bias_add_grad_and_an_unsupported_op(caplog: pytest.Log
     assert g.op_counts()["ApplyGradientDescent"] == 4
     assert {u["tf_type"] for u in g.unsupported} == {"Cumsum"} and len(g.unsupported) == 2   # forward, backward
     warned = [r.getMessage() for r in caplog.records if r.name == "aoe.graph" and r.levelno == logging.WARNING]
-    assert warned == ["aoe: model 'bn_step': TensorFlow operator 'Cumsum' is not supported (no CANN mapping for this "
-                      "TensorFlow operator); it is kept as an opaque node that tuning skips"]
+    assert warned == [("aoe: model 'bn_step': TensorFlow operator 'Cumsum' is not supported (no CANN mapping for "
+                       "this TensorFlow operator); it is kept as an opaque node that tuning skips")]
     assert set(describe_failures(g)) <= NO_KERNEL_MODEL | {"ApplyGradientDescent"}
     # inference: one BNInfer
     cf = tf.function(lambda x: tf.raw_ops.FusedBatchNormV3(x=x, scale=scale, offset=offset, mean=mean, variance=var,
