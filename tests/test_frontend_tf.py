@@ -7,6 +7,7 @@ budget is 2000 evaluations per case (the `env` fixture), so tuning takes seconds
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from collections import Counter
@@ -276,6 +277,8 @@ def test_callback_leaves_losses_unchanged(env: Path, capsys: pytest.CaptureFixtu
 
 
 def test_resnet50_fit_step_mode2(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keras ResNet50 tuned on its first fit step; a second tuned run finds every case in the bank; the
+    same step (same weights and optimizer state, same batch) without tuning gives the same loss."""
     monkeypatch.setenv("AOE_MODE", "2")
     monkeypatch.setenv("ASCEND_WORK_PATH", str(env / "work"))
     (env / "work").mkdir()
@@ -284,15 +287,36 @@ def test_resnet50_fit_step_mode2(env: Path, monkeypatch: pytest.MonkeyPatch) -> 
     ops.write_text(json.dumps({"tune_ops_type": ["Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"]}))
     m = resnet50(64, classes=10)
     m.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    m.optimizer.build(m.trainable_variables)
+    # the state before the first step, to replay it without tuning (no recompile: Keras' traced step is reused)
+    weights, opt_state = m.get_weights(), [v.numpy() for v in m.optimizer.variables]
     rng = np.random.default_rng(0)
+    x, y = rng.random((2, 64, 64, 3)).astype("float32"), rng.integers(0, 10, (2,))
+
+    def one_step(cb: object) -> list[float]:
+        return m.fit(x, y, batch_size=2, epochs=1, verbose=0, shuffle=False, callbacks=[cb]).history["loss"]
+
     cb = aoe.tf.TuneCallback({"aoe_config_file": str(ops)})
-    m.fit(rng.random((2, 64, 64, 3)).astype("float32"), rng.integers(0, 10, (2,)), batch_size=2, epochs=1,
-          verbose=0, callbacks=[cb])
+    tuned = one_step(cb)
     res = cb.result
     assert res.status == "tuning successful" and res.result_file.parent == env / "work"
     data = check_result(res.result_file, "opat")
-    assert res.section["repo_summary"]["repo_add_num"] > 0
+    first = res.section["repo_summary"]
+    assert first["repo_add_num"] > 0 and first["repo_hit_num"] == 0
     assert list((env / "bank" / "Ascend910B2").rglob("*.*"))
+    # a second run on the same bank (the model trains on: same shapes, same cases): all from the bank
+    cb2 = aoe.tf.TuneCallback({"aoe_config_file": str(ops)})
+    one_step(cb2)
+    second = cb2.result.section["repo_summary"]
+    assert second["repo_add_num"] == 0 and second["repo_hit_num"] == first["repo_add_num"]
+    assert second["total_num"] == first["total_num"] and cb2.result.result_file != res.result_file
+    # tuning off (AOE_MODE unset), the first step replayed: the loss tuning saw is the loss training sees
+    monkeypatch.delenv("AOE_MODE")
+    m.set_weights(weights)
+    for v, value in zip(m.optimizer.variables, opt_state):
+        v.assign(value)
+    off = aoe.tf.TuneCallback()
+    assert one_step(off) == tuned and off.result is None
     assert {r.op_type for r in res.report.records if not r.skipped} <= \
         {"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"}
     assert next(iter(data.values()))[0]["basic"]["tuning_name"] == m.name
@@ -343,13 +367,28 @@ def test_encoder_mode2_second_run_hits_bank(env: Path, capsys: pytest.CaptureFix
 
 
 def test_encoder_mode1_ascend910a(env: Path) -> None:
+    """Subgraph tuning (AOE_MODE=1) of a Keras training step on Ascend910A: the first fit writes the
+    subgraph bank, a second tuned fit of the same model finds every subgraph the first added in it."""
+    from aoe.bank.subgraph import SUBGRAPH_FILE, SubgraphBank
+
     config = {"aoe_mode": "1", "soc_version": "Ascend910A", "work_path": str(env), "tune_bank_path": str(env / "bank")}
     x, y = encoder_data()
-    cb = aoe.tf.TuneCallback(config)
-    encoder().fit(x, y, batch_size=2, epochs=1, verbose=0, callbacks=[cb])
-    assert cb.result.kind == "sgat" and cb.result.status == "tuning successful"
-    check_result(cb.result.result_file, "sgat")
-    assert cb.result.result_file.name.startswith("aoe_result_sgat_")
+    m = encoder()
+    results = []
+    for _ in range(2):
+        cb = aoe.tf.TuneCallback(config)
+        m.fit(x, y, batch_size=2, epochs=1, verbose=0, callbacks=[cb])
+        assert cb.result.kind == "sgat" and cb.result.status == "tuning successful"
+        check_result(cb.result.result_file, "sgat")
+        assert cb.result.result_file.name.startswith("aoe_result_sgat_")
+        results.append(cb.result)
+    first, second = (r.section["repo_summary"] for r in results)
+    assert first["repo_add_num"] > 0 and first["repo_hit_num"] == 0
+    (bank_file,) = (env / "bank").rglob(SUBGRAPH_FILE)
+    assert len(list(SubgraphBank(bank_file.parent).entries())) == first["repo_add_num"]
+    assert second["repo_add_num"] == 0 and second["repo_hit_num"] == first["repo_add_num"]
+    assert second["total_num"] == first["total_num"]
+    assert results[1].section["repo_modified_subgraphs"]["add_repo_subgraphs"] == []
 
 
 def test_tune_step_custom_loop(env: Path) -> None:
@@ -434,6 +473,63 @@ def test_legacy_optimizer_kernels_map_to_cann_apply_ops() -> None:
     assert set(apply) == {"ApplyAdamD", "ApplyKerasMomentumD", "ApplyGradientDescent"}, g.op_counts()
     assert g.tensors[apply["ApplyAdamD"].outputs[0]].shape == (16, 8)
     assert g.tensors[apply["ApplyKerasMomentumD"].outputs[0]].shape == (8,)
+
+
+def test_fused_batch_norm_bias_add_grad_and_an_unsupported_op(caplog: pytest.LogCaptureFixture) -> None:
+    """TF's fused kernels as Keras 2 and tf.compat.v1 graphs hold them (Keras 3 decomposes its layers):
+    FusedBatchNormV3 -> BNTrainingReduce + BNTrainingUpdate (inference: BNInfer), its gradient
+    FusedBatchNormGradV3 -> BNTrainingUpdateGrad + BNTrainingReduceGrad, BiasAddGrad -> ReduceSumD over
+    all but the channel axis; an op without a mapping (Cumsum) is opaque with one warning naming it."""
+    f = tf.Variable(tf.random.normal((3, 3, 4, 8), seed=0), name="f")
+    scale, offset, b = tf.Variable(tf.ones((8,)), name="scale"), tf.Variable(tf.zeros((8,)), name="offset"), \
+        tf.Variable(tf.zeros((8,)), name="b")
+    mean = tf.Variable(tf.zeros((8,)), trainable=False, name="moving_mean")
+    var = tf.Variable(tf.ones((8,)), trainable=False, name="moving_variance")
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            h = tf.nn.conv2d(x, f, 1, "SAME")
+            # Keras 2's fused batch norm in training: the moving statistics updated by the kernel itself
+            y, new_mean, new_var, *_ = tf.raw_ops.FusedBatchNormV3(
+                x=h, scale=scale, offset=offset, mean=mean, variance=var, epsilon=1e-3,
+                exponential_avg_factor=0.01, is_training=True)
+            loss = tf.reduce_sum(tf.math.cumsum(tf.nn.bias_add(tf.nn.relu(y), b), axis=1))
+        grads = tape.gradient(loss, [f, scale, offset, b])
+        for v, g in zip([f, scale, offset, b], grads):
+            tf.raw_ops.ResourceApplyGradientDescent(var=v.handle, alpha=tf.constant(0.1), delta=g)
+        mean.assign(new_mean)
+        var.assign(new_var)
+        return loss
+
+    with caplog.at_level(logging.WARNING, logger="aoe.graph"):
+        g = training_graph(step, tf.TensorSpec((2, 8, 8, 4)), name="bn_step")
+    ops = {op.type: op for op in g.ops}
+    for t in ("BNTrainingReduce", "BNTrainingUpdate", "BNTrainingUpdateGrad", "BNTrainingReduceGrad"):
+        assert g.op_counts()[t] == 1 and ops[t].attrs["tf_type"].startswith("FusedBatchNorm"), g.op_counts()
+    shape = lambda name: g.tensors[name].shape
+    assert [shape(t) for t in ops["BNTrainingReduce"].inputs] == [(2, 8, 8, 8)]           # NCHW
+    assert [shape(t) for t in ops["BNTrainingReduce"].outputs] == [(8,), (8,)]            # sum, square sum
+    assert shape(ops["BNTrainingUpdate"].outputs[0]) == (2, 8, 8, 8) and ops["BNTrainingUpdate"].attrs["factor"] == pytest.approx(0.01)
+    assert ops["BNTrainingUpdate"].inputs[5:] == ["moving_mean", "moving_variance"]
+    assert [shape(t) for t in ops["BNTrainingUpdateGrad"].outputs] == [(8,), (8,)]        # d scale, d offset
+    # the batch norm's input gradient feeds the filter gradient of the conv before it
+    dx = ops["BNTrainingReduceGrad"].outputs[0]
+    assert shape(dx) == (2, 8, 8, 8) and dx in ops["Conv2DBackpropFilter"].inputs
+    (bias_grad,) = [op for op in g.ops if op.attrs.get("tf_type") == "BiasAddGrad"]
+    assert bias_grad.type == "ReduceSumD" and bias_grad.attrs["axes"] == [0, 2, 3]
+    assert shape(bias_grad.outputs[0]) == (8,) and not bias_grad.attrs["keep_dims"]
+    assert g.op_counts()["ApplyGradientDescent"] == 4
+    assert {u["tf_type"] for u in g.unsupported} == {"Cumsum"} and len(g.unsupported) == 2   # forward, backward
+    warned = [r.getMessage() for r in caplog.records if r.name == "aoe.graph" and r.levelno == logging.WARNING]
+    assert warned == [("aoe: model 'bn_step': TensorFlow operator 'Cumsum' is not supported (no CANN mapping for "
+                       "this TensorFlow operator); it is kept as an opaque node that tuning skips")]
+    assert set(describe_failures(g)) <= NO_KERNEL_MODEL | {"ApplyGradientDescent"}
+    # inference: one BNInfer
+    cf = tf.function(lambda x: tf.raw_ops.FusedBatchNormV3(x=x, scale=scale, offset=offset, mean=mean, variance=var,
+                                                           epsilon=1e-3, is_training=False)[0])
+    gi = from_concrete_function(cf.get_concrete_function(tf.TensorSpec((2, 8, 8, 8))), name="bn_infer")
+    assert gi.op_counts() == {"BNInfer": 1} and not gi.unsupported
 
 
 def test_the_command_tunes_a_saved_model_with_framework_3(tmp_path: Path, job_env: dict[str, str]) -> None:

@@ -1,9 +1,12 @@
 """Models for the PyTorch frontend tests and bench, built from code with random weights.
 
-torchvision's PyPI wheels do not import beside the CPU-only torch wheel these machines use (its
-compiled operators are built against another torch build), so ResNet-50 is written out here with
-torchvision's layout (v1.5: the stride on the 3x3 convolution of a Bottleneck, blocks [3, 4, 6, 3]).
-``resnet50()`` uses torchvision's when it imports.
+torchvision cannot be installed on these machines beside the CPU torch wheel: PyPI's torchvision
+fails to import with it ("operator torchvision::nms does not exist"), and the only torchvision build
+that matches this torch is a multi-gigabyte CUDA one. So ResNet-50 is written out here by hand, as
+torchvision's ResNet-50 v1.5: the same module tree and state-dict names (``layer1.0.downsample.0``
+...), the stride on the 3x3 convolution of a Bottleneck, blocks [3, 4, 6, 3], the same initialisation,
+25,557,032 parameters (tests/test_frontend_torch.py checks the count and the strides).
+``resnet50()`` returns torchvision's own model instead where torchvision does import.
 """
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ class Bottleneck(nn.Module):
 
 
 class ResNet(nn.Module):
-    """ResNet with Bottleneck blocks (torchvision's module layout and initialisation-free)."""
+    """ResNet with Bottleneck blocks, torchvision's module layout and weight initialisation."""
 
     def __init__(self, layers: tuple[int, ...] = (3, 4, 6, 3), num_classes: int = 1000) -> None:
         super().__init__()
@@ -55,6 +58,13 @@ class ResNet(nn.Module):
         self.layer1, self.layer2, self.layer3, self.layer4 = stages
         self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
         self.fc = nn.Linear(2048, num_classes)
+        # as torchvision initialises: He-normal convolutions (fan-out), batch norms at scale 1, shift 0
+        for mod in self.modules():
+            if isinstance(mod, nn.Conv2d):
+                nn.init.kaiming_normal_(mod.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(mod, nn.BatchNorm2d):
+                nn.init.ones_(mod.weight)
+                nn.init.zeros_(mod.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))

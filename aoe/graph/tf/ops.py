@@ -46,6 +46,9 @@ APPLY = {"ResourceApplyAdam": ("ApplyAdamD", 3), "ResourceApplyAdamWithAmsgrad":
          "ResourceApplyGradientDescent": ("ApplyGradientDescent", 1), "ResourceApplyRMSProp": ("ApplyRMSPropD", 3),
          "ResourceApplyAdagradV2": ("ApplyAdagradV2D", 2)}
 _FLOAT = {"float16", "float32", "float64", "bfloat16"}
+# outputs no mapping reads, left out of the unknown-rank check: FusedBatchNormV3's reserve_space_3 is a
+# kernel workspace TF gives no shape (CANN's BN operators have no such tensor; its gradient ignores it)
+WORKSPACE = {"FusedBatchNormV3": (5,)}
 
 
 def _attr(op: Any, key: str, default: Any = None) -> Any:
@@ -67,7 +70,9 @@ def convert_op(cv: Converter, op: Any) -> None:
     if handler is None:
         cv.opaque(op, "no CANN mapping for this TensorFlow operator")
         return
-    if any(o.shape.rank is None for o in op.outputs if o.dtype.name not in ("resource", "variant")):
+    skip = WORKSPACE.get(t, ())
+    if any(o.shape.rank is None for i, o in enumerate(op.outputs)
+           if i not in skip and o.dtype.name not in ("resource", "variant")):
         cv.opaque(op, "output of unknown rank")
         return
     handler(cv, op)
