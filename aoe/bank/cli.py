@@ -202,10 +202,10 @@ def _verify_opbank(bank: OpBank) -> tuple[int, list[str], int]:
             continue
         except OSError:
             pass
-        f = bank.file(op)
+        f = bank.checked(op)  # every line parsed and checked (lookups check only what they touch)
         schema = f.schema
         dups += f.dups
-        bad += [f"{path}:{n}: {why}" for n, why in f.lines.problems]
+        bad += [f"{path}:{n}: {why}" for n, why in sorted(f.lines.problems)]
         for i, rec in enumerate(f.lines.recs):
             if rec is None:
                 continue

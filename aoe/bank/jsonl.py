@@ -10,8 +10,11 @@ Guarantees:
   such a fragment (it may also be an append in flight); the next writer, holding the lock, cuts it
   off with a warning (a fragment that is a valid record, e.g. a hand-made file without a final
   newline, is kept and terminated instead). So a torn line is never read as a record nor propagated.
-- Readers pick up appended lines incrementally (`refresh` parses only the bytes past the last
+- Readers pick up appended lines incrementally (`refresh` reads only the bytes past the last
   complete line it read); a replaced file (new inode) or one that shrank is read again in full.
+- Lazy reads (`lazy=True`, the operator banks): lines are split but not parsed; their records are
+  `UNPARSED` until the caller parses the ones it needs (a last line without its newline is still
+  parsed at once, to tell a torn append from a record).
 - Compaction (`rewrite`) writes a temp file in the same directory, fsyncs it and `os.replace`s it over
   the bank file (then fsyncs the directory): readers see the old file or the new one.
 - A corrupt line in the middle of a file is skipped with a warning naming file and line, and is KEPT:
@@ -23,6 +26,7 @@ Guarantees:
 """
 from __future__ import annotations
 
+import bisect
 import errno
 import fcntl
 import gc
@@ -58,12 +62,27 @@ except ImportError:  # pragma: no cover - orjson is a dependency; keep working w
         """Serialise one record as compact JSON bytes (no newline)."""
         return _json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
+# the bare parser (no wrapper frame: it runs once per record a lookup resolves) and its error
+parse_raw: Callable[[bytes], Any] = _loads
+DecodeError: type[Exception] = _JSONError
 MAX_WARNINGS_PER_FILE = 10
 Signature = tuple[int, int, int]  # (st_mtime_ns, st_size, st_ino): changes on every rewrite
 
 
 class BankWarning(UserWarning):
     """A bank file has a damaged line; it was skipped (and is kept in the file)."""
+
+
+class _Unparsed:
+    """The record of a line read lazily and not parsed yet."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNPARSED"
+
+
+UNPARSED: Any = _Unparsed()
 
 
 def loads(data: bytes | str) -> Any:
@@ -102,7 +121,7 @@ class Lines:
 
     path: Path
     raw: list[bytes] = field(default_factory=list)  # without the newline; blank lines dropped
-    recs: list[Any] = field(default_factory=list)  # parsed record, or None if damaged
+    recs: list[Any] = field(default_factory=list)  # parsed record, None if damaged, UNPARSED (lazy reads)
     linenos: list[int] = field(default_factory=list)  # 1-based line number in the file as read
     problems: list[tuple[int, str]] = field(default_factory=list)  # (line number, reason)
     sig: Signature | None = None  # None: the file did not exist
@@ -119,7 +138,7 @@ class Lines:
 
     def content(self) -> bytes:
         """The file bytes these lines make."""
-        return b"".join(r + b"\n" for r in self.raw)
+        return b"\n".join(self.raw) + b"\n" if self.raw else b""
 
 
 def signature(st: os.stat_result) -> Signature:
@@ -193,8 +212,9 @@ def _read_from(fd: int, offset: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def read_lines(path: Path, check: Callable[[Any], str | None], warn: bool = True) -> Lines:
-    """Read a JSON Lines file; records failing JSON or `check` (returns a reason) are marked damaged."""
+def read_lines(path: Path, check: Callable[[Any], str | None], warn: bool = True, lazy: bool = False) -> Lines:
+    """Read a JSON Lines file; records failing JSON or `check` (returns a reason) are marked damaged.
+    `lazy`: split the lines only (records UNPARSED; `check` is used for a last line without newline)."""
     out = Lines(path)
     try:
         fd, st = _open_checked(path)
@@ -206,13 +226,14 @@ def read_lines(path: Path, check: Callable[[Any], str | None], warn: bool = True
         os.close(fd)
     out.sig = signature(st)
     with gc_paused():
-        _parse(data, check, out)
+        _parse(data, check, out, lazy)
     if warn and out.problems:
         warn_problems(path, out.problems)
     return out
 
 
-def refresh(lines: Lines, check: Callable[[Any], str | None], warn: bool = True) -> tuple[Lines, int]:
+def refresh(lines: Lines, check: Callable[[Any], str | None], warn: bool = True,
+            lazy: bool = False) -> tuple[Lines, int]:
     """Catch up with the file: (lines, index of the first new line). Reads only appended bytes when
     the file grew in place; a new inode, a shrink or a rewritten tail reads it all (index 0)."""
     path = lines.path
@@ -235,7 +256,7 @@ def refresh(lines: Lines, check: Callable[[Any], str | None], warn: bool = True)
     n_problems = len(fresh.problems)
     fresh.sig = sig
     with gc_paused():
-        _parse(data, check, fresh)
+        _parse(data, check, fresh, lazy)
     if warn and len(fresh.problems) > n_problems:
         warn_problems(path, fresh.problems[n_problems:])
     return fresh, first
@@ -254,17 +275,30 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _parse(data: bytes, check: Callable[[Any], str | None], out: Lines) -> None:
+def _parse(data: bytes, check: Callable[[Any], str | None], out: Lines, lazy: bool = False) -> None:
     """Parse `data` (the bytes at `out.offset`) into `out`; a last fragment without its newline is
-    taken only when it is a valid record, and is never reported (it may be an append in flight)."""
+    taken only when it is a valid record, and is never reported (it may be an append in flight).
+    `lazy`: the newline-terminated lines are kept unparsed (UNPARSED)."""
     raw, recs, linenos, problems = out.raw, out.recs, out.linenos, out.problems
     parts = data.split(b"\n")
     tail = parts.pop()  # b"" when the data ends with a newline
-    base = out.nlines
+    base, n_parts = out.nlines, len(parts)
+    # lazy and no blank line (nothing sorts before a line starting with a byte above the space) and no
+    # CR: the lines are the parts, numbered in a row (C-level list work, no loop per line)
+    if lazy and parts and min(parts)[:1] > b" " and b"\r" not in data:
+        raw += parts
+        recs += [UNPARSED] * len(parts)
+        linenos += range(base + 1, base + 1 + len(parts))
+        parts = []
     for n, line in enumerate(parts, base + 1):
         if line.endswith(b"\r"):
             line = line[:-1]
         if not line or line.isspace():  # (isspace stops at the first non-space: no copy)
+            continue
+        if lazy:
+            raw.append(line)
+            recs.append(UNPARSED)
+            linenos.append(n)
             continue
         try:
             rec = _loads(line)
@@ -279,7 +313,7 @@ def _parse(data: bytes, check: Callable[[Any], str | None], out: Lines) -> None:
         raw.append(line)
         recs.append(rec)
         linenos.append(n)
-    out.nlines = base + len(parts)
+    out.nlines = base + n_parts
     out.offset += len(data) - len(tail)
     out.open_tail = False
     t = tail.rstrip(b"\r")
@@ -306,14 +340,14 @@ def torn_tail(data: bytes, check: Callable[[Any], str | None]) -> bool:
         return True
 
 
-def warn_problems(path: Path, problems: list[tuple[int, str]]) -> None:
+def warn_problems(path: Path, problems: list[tuple[int, str]], stacklevel: int = 3) -> None:
     """Emit one warning per damaged line (at most MAX_WARNINGS_PER_FILE, then a summary)."""
     for n, why in problems[:MAX_WARNINGS_PER_FILE]:
         warnings.warn(f"{path}:{n}: {why}; line skipped (kept in the file; `aoe bank verify` lists it)",
-                      BankWarning, stacklevel=3)
+                      BankWarning, stacklevel=stacklevel)
     if len(problems) > MAX_WARNINGS_PER_FILE:
         warnings.warn(f"{path}: {len(problems) - MAX_WARNINGS_PER_FILE} more damaged lines skipped",
-                      BankWarning, stacklevel=3)
+                      BankWarning, stacklevel=stacklevel)
 
 
 @contextmanager
@@ -442,10 +476,19 @@ def _fsync_dir(d: Path) -> None:
 
 
 def rewrite(lines: Lines) -> Lines:
-    """Replace the file by `lines` atomically (compaction); call only while holding the lock."""
+    """Replace the file by `lines` atomically (compaction); call only while holding the lock.
+    `lines.linenos` (the old numbers of the lines kept, 0 for new ones at the end) must ascend."""
     lines.sig = atomic_write(lines.path, lines.content())
-    why = dict(lines.problems)
-    lines.problems = [(i + 1, why[n]) for i, n in enumerate(lines.linenos) if n in why]
+    linenos = lines.linenos
+    hi = len(linenos)
+    while hi and not linenos[hi - 1]:
+        hi -= 1
+    renum = []
+    for n, why in lines.problems:  # damaged lines stay in the file: each gets its new number
+        i = bisect.bisect_left(linenos, n, 0, hi)
+        if i < len(linenos) and linenos[i] == n:
+            renum.append((i + 1, why))
+    lines.problems = sorted(renum)
     lines.linenos = list(range(1, len(lines.raw) + 1))
     lines.nlines = len(lines.raw)
     lines.offset = lines.sig[1]
