@@ -138,7 +138,7 @@ class Lines:
 
     def content(self) -> bytes:
         """The file bytes these lines make."""
-        return b"\n".join(self.raw) + b"\n" if self.raw else b""
+        return b"\n".join([*self.raw, b""]) if self.raw else b""  # one copy of the bytes, not two
 
 
 def signature(st: os.stat_result) -> Signature:

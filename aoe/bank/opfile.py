@@ -23,12 +23,11 @@ JSON is damaged, and a record whose parsed id differs from N (a second "id" memb
 from __future__ import annotations
 
 import bisect
-import copy
 import re
 import struct
 import warnings
 from operator import itemgetter
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from . import jsonl
 from .schema import KNOWLEDGE_MAX, MAX_PERF_US, BankKeyError, OpSchema
@@ -55,40 +54,27 @@ def _perf(v: Any) -> float | None:
 class Entry:
     """One stored case: key, strategy and (if known) the performance it achieved.
 
-    A thin view of the stored record, made once per case found and shared by every lookup that finds
-    it. `info_dict`, `knowledge` and `aoe` are the bank cache's own objects: treat them as read-only
-    (`knowledge_copy` gives yours).
+    Made once per case a lookup finds and shared by every later lookup of it, so it keeps only what
+    those callers read: `knowledge` and `aoe` are the bank cache's own objects (treat them as
+    read-only; `knowledge_copy` gives yours). The key (`info_dict`) and `record()` are parsed again
+    from the stored line on each call: a cached key of a vector operator holds a list per shape,
+    each one more object for Python's cyclic GC to scan for as long as the process runs.
     """
 
-    __slots__ = ("op", "source", "_rec")
+    __slots__ = ("op", "source", "id", "version", "knowledge", "aoe", "_raw")
 
-    def __init__(self, op: str, source: str, rec: dict[str, Any]) -> None:
-        self.op, self.source, self._rec = op, source, rec  # source: "custom" | "builtin"
-
-    @property
-    def id(self) -> int:
-        """The record's uint32 id."""
-        return self._rec["id"]
-
-    @property
-    def version(self) -> int:
-        """The record's version field."""
-        return self._rec.get("version", RECORD_VERSION)
+    def __init__(self, op: str, source: str, rec: dict[str, Any], raw: bytes | None = None) -> None:
+        self.op, self.source = op, source  # source: "custom" | "builtin"
+        self.id: int = rec["id"]  # the record's uint32 id
+        self.version: int = rec.get("version", RECORD_VERSION)
+        self.knowledge: dict[str, Any] = rec["knowledge"]  # the strategy
+        self.aoe: dict[str, Any] = rec.get("aoe") or {}  # aoe's own fields ({} for CANN's records)
+        self._raw = raw if raw is not None else _dumps(rec)  # the stored line (`rec` as JSON)
 
     @property
     def info_dict(self) -> dict[str, Any]:
-        """The key."""
-        return self._rec["info_dict"]
-
-    @property
-    def knowledge(self) -> dict[str, Any]:
-        """The strategy."""
-        return self._rec["knowledge"]
-
-    @property
-    def aoe(self) -> dict[str, Any]:
-        """aoe's own fields ({} for CANN's records)."""
-        return self._rec.get("aoe") or {}
+        """The key (a fresh copy)."""
+        return _loads(self._raw)["info_dict"]  # type: ignore[no-any-return]
 
     @property
     def perf_us(self) -> float | None:
@@ -102,14 +88,14 @@ class Entry:
 
     def record(self) -> dict[str, Any]:
         """A copy of the JSON record of this entry."""
-        return copy.deepcopy(self._rec)
+        return _loads(self._raw)  # type: ignore[no-any-return]
 
     def __eq__(self, other: object) -> bool:
-        return (isinstance(other, Entry) and (self.op, self.source, self._rec) ==
-                (other.op, other.source, other._rec))
+        return (isinstance(other, Entry) and (self.op, self.source, self.record()) ==
+                (other.op, other.source, other.record()))
 
     def __repr__(self) -> str:
-        return f"Entry(op={self.op!r}, source={self.source!r}, record={self._rec!r})"
+        return f"Entry(op={self.op!r}, source={self.source!r}, record={self.record()!r})"
 
 
 def shape_check(op_type: str) -> Callable[[Any], str | None]:
@@ -182,7 +168,8 @@ def record_checker(op_type: str, schema: OpSchema, hash_fn: HashFn) -> Callable[
 class OpFile:
     """The index of one bank file: case (id, packed key) -> line of its winning record, built lazily.
 
-    Indexing by the pair makes the hit rule literal: a lookup hits only a record whose id AND whole
+    `lines.recs[i]` is UNPARSED (filed), None (damaged) or the line's case (a usable record; the record
+    itself lives in the case's `Entry` when the line wins). Indexing by the pair makes the hit rule literal: a lookup hits only a record whose id AND whole
     packed key equal the query's, so a hash collision is never a hit, and the last line of a case
     wins. Resolution may run in any order, so each case keeps its last line (`index`) and its first
     (`first`, where compaction puts the winner) by line number. Not thread-safe: the bank serialises
@@ -200,6 +187,7 @@ class OpFile:
         self.superseded: set[int] = set()  # lines of usable records that are not their case's first line
         self.pending: dict[int, int | list[int]] = {}  # id -> its filed line(s), not parsed yet
         self.pending_extra = 0  # filed lines beyond one per id: duplicates (or collisions) to come
+        self.pending_multi: set[int] = set()  # the ids filed with several lines
         self.done: set[int] = set()  # resolved ids: a new line of one is indexed at once
         # id -> (packed key, entry) of its case's winner, or a list of such pairs (a hash collision):
         # what a lookup reads, one probe by id and one comparison of the key bytes
@@ -257,6 +245,7 @@ class OpFile:
             return
         if type(v) is int:
             self.pending[h] = [v, i]
+            self.pending_multi.add(h)
         else:
             v.append(i)
         self.pending_extra += 1
@@ -273,15 +262,15 @@ class OpFile:
             for i in v:
                 self._index_line(i, h)
             self.pending_extra -= len(v) - 1
+            self.pending_multi.discard(h)
         del self.pending[h]  # last: a reader that still sees `h` pending waits for the bank's lock
         if len(self.lines.problems) > self.reported:
             self._warn()
 
     def settle(self) -> None:
         """Resolve every id filed with several lines: `dups` is then exact."""
-        if self.pending_extra:
-            for h in [h for h, v in self.pending.items() if type(v) is not int]:
-                self.resolve(h)
+        for h in list(self.pending_multi):
+            self.resolve(h)
 
     def resolve_all(self) -> None:
         """Resolve every id: each line is then a record or a listed damaged line."""
@@ -301,7 +290,7 @@ class OpFile:
             return self._damaged(i, k)
         if expect is not None and k[0] != expect:
             return self._damaged(i, "its 'id' member is given twice (the record is ambiguous)")
-        recs[i] = rec
+        recs[i] = k  # a usable line now holds its case; the record lives in the entry (if it wins)
         w = self.index.get(k)  # type: ignore[arg-type]
         if w is None:
             self.index[k] = self.first[k] = i  # type: ignore[index]
@@ -316,7 +305,7 @@ class OpFile:
             if i < w:
                 return k  # type: ignore[return-value]  # an older line of the case: not the winner
             self.index[k] = i  # type: ignore[index]
-        self._set_hit(k[0], k[1], Entry(self.op_type, self.source, rec))  # type: ignore[index]
+        self._set_hit(k[0], k[1], Entry(self.op_type, self.source, rec, self.lines.raw[i]))  # type: ignore[index]
         return k  # type: ignore[return-value]
 
     def _set_hit(self, h: int, packed: bytes, e: Entry) -> None:
@@ -360,11 +349,11 @@ class OpFile:
 
     # ---- questions -------------------------------------------------------------------------------
 
-    def find(self, packed: bytes, h: int) -> int | None:
-        """Line index of the case with this packed key and id, or None."""
+    def find(self, packed: bytes, h: int) -> Entry | None:
+        """The winner of the case with this packed key and id (its lines resolved first), or None."""
         if h in self.pending:
             self.resolve(h)
-        return self.index.get((h, packed))
+        return self.get(h, packed)
 
     @property
     def dups(self) -> int:
@@ -379,12 +368,15 @@ class OpFile:
         """Cases in the file, counting each unresolved id once."""
         return len(self.index) + len(self.pending)
 
-    def winners(self) -> Iterator[dict[str, Any]]:
-        """Every usable record (of a case's lines only the last), in order of the cases' first lines."""
+    def winners(self) -> list[Entry]:
+        """Every usable entry (of a case's lines only the last), in order of the cases' first lines."""
         self.resolve_all()
-        recs, index = self.lines.recs, self.index
+        out = []
         for k in sorted(self.first, key=self.first.__getitem__):
-            yield recs[index[k]]
+            e = self.get(*k)
+            assert e is not None  # every indexed case has its winner's entry
+            out.append(e)
+        return out
 
     # ---- compaction ------------------------------------------------------------------------------
 

@@ -268,15 +268,14 @@ class OpBank:
                     packed = schema.pack(op_type, it.info_dict)
                     h = self.hash_fn(packed)
                     j = placed.get((h, packed))
-                    i = f.find(packed, h)
+                    e = f.find(packed, h)
                     if j is not None:
                         old = _perf(new[j]["aoe"].get("perf_us"))
-                    elif i is not None:
-                        e = Entry(op_type, f.source, f.lines.recs[i])
+                    elif e is not None:
                         old = e.perf_us
                         if it.over is not None and e.knowledge == it.over[0]:
                             old = it.over[1]  # the tuner re-priced the stored strategy: trust that
-                    if (j is not None or i is not None) and not better(it.perf_us, old):
+                    if (j is not None or e is not None) and not better(it.perf_us, old):
                         outcomes[n] = "kept"
                         continue
                     rec = {"id": h, "op": op_type, "version": RECORD_VERSION, "info_dict": it.info_dict,
@@ -286,7 +285,7 @@ class OpBank:
                     else:
                         placed[(h, packed)] = len(new)
                         new.append(rec)
-                    outcomes[n] = "added" if i is None and j is None else "replaced"
+                    outcomes[n] = "added" if e is None and j is None else "replaced"
                 if new:
                     start = len(f.lines.raw)
                     jsonl.append(f.lines, [jsonl.dumps(r) for r in new])
@@ -346,9 +345,8 @@ class OpBank:
         for op in [op_type] if op_type else self.op_types():
             f = self.file(op)
             with self._mutex:
-                recs = list(f.winners())
-            for rec in recs:
-                yield Entry(op, f.source, rec)
+                found = f.winners()
+            yield from found
 
 
 def _close_all(fds: set[int]) -> None:
