@@ -168,12 +168,13 @@ def record_checker(op_type: str, schema: OpSchema, hash_fn: HashFn) -> Callable[
 class OpFile:
     """The index of one bank file: case (id, packed key) -> line of its winning record, built lazily.
 
-    `lines.recs[i]` is UNPARSED (filed), None (damaged) or the line's case (a usable record; the record
-    itself lives in the case's `Entry` when the line wins). Indexing by the pair makes the hit rule literal: a lookup hits only a record whose id AND whole
+    Indexing by the pair makes the hit rule literal: a lookup hits only a record whose id AND whole
     packed key equal the query's, so a hash collision is never a hit, and the last line of a case
     wins. Resolution may run in any order, so each case keeps its last line (`index`) and its first
-    (`first`, where compaction puts the winner) by line number. Not thread-safe: the bank serialises
-    every call that resolves or extends.
+    (`first`, where compaction puts the winner) by line number. `lines.recs[i]` is UNPARSED (filed),
+    None (damaged) or the line's case (a usable record; the record itself lives in the case's
+    `Entry` when the line wins). Not thread-safe: the bank serialises every call that resolves or
+    extends.
     """
 
     def __init__(self, lines: jsonl.Lines, op_type: str, schema: OpSchema, hash_fn: HashFn,

@@ -16,9 +16,11 @@ File: `<op bank dir>/unified_bank/<soc>_<core_num>_AiCore_<OpType>_runtime_kb.js
   record (O(1) in the file's size) and `compact` (or `aoe bank compact`; also done by a save once the
   superseded lines outnumber the live ones) rewrites the file with one line per case, the winner at
   the place of the case's first line, damaged lines kept — CANN's format.
-- Every record is validated on load: key fields in range, every knowledge field an integer in
-  [0, 2^31), `perf_us` / `default_perf_us` finite and in (0, 1e12] µs. Anything else is a damaged line
-  (skipped, reported by `aoe bank verify`), so an impossible claim such as 0 µs never wins.
+- Every record is validated before it is used: key fields in range, every knowledge field an integer
+  in [0, 2^31), `perf_us` / `default_perf_us` finite and in (0, 1e12] µs. Anything else is a damaged
+  line (skipped, reported by `aoe bank verify`), so an impossible claim such as 0 µs never wins. The
+  index is lazy (`opfile.py`): aoe's lines are filed by id on load and checked when their id is first
+  needed, so loading a million-record file costs a scan, not a million parses.
 """
 from __future__ import annotations
 
