@@ -61,15 +61,17 @@ class Entry:
     each one more object for Python's cyclic GC to scan for as long as the process runs.
     """
 
-    __slots__ = ("op", "source", "id", "version", "knowledge", "aoe", "_raw")
+    __slots__ = ("op", "source", "id", "version", "knowledge", "aoe", "_raw", "_packed")
 
-    def __init__(self, op: str, source: str, rec: dict[str, Any], raw: bytes | None = None) -> None:
+    def __init__(self, op: str, source: str, rec: dict[str, Any], raw: bytes | None = None,
+                 packed: bytes = b"") -> None:
         self.op, self.source = op, source  # source: "custom" | "builtin"
         self.id: int = rec["id"]  # the record's uint32 id
         self.version: int = rec.get("version", RECORD_VERSION)
         self.knowledge: dict[str, Any] = rec["knowledge"]  # the strategy
         self.aoe: dict[str, Any] = rec.get("aoe") or {}  # aoe's own fields ({} for CANN's records)
         self._raw = raw if raw is not None else _dumps(rec)  # the stored line (`rec` as JSON)
+        self._packed = packed  # the packed key (what a lookup compares)
 
     @property
     def info_dict(self) -> dict[str, Any]:
@@ -190,9 +192,9 @@ class OpFile:
         self.pending_extra = 0  # filed lines beyond one per id: duplicates (or collisions) to come
         self.pending_multi: set[int] = set()  # the ids filed with several lines
         self.done: set[int] = set()  # resolved ids: a new line of one is indexed at once
-        # id -> (packed key, entry) of its case's winner, or a list of such pairs (a hash collision):
-        # what a lookup reads, one probe by id and one comparison of the key bytes
-        self.hits: dict[int, Any] = {}
+        # id -> the entry of its case's winner, or a list of them (a hash collision): what a lookup
+        # reads, one probe by id and one comparison of the packed key bytes (`entry._packed`)
+        self.hits: dict[int, Entry | list[Entry]] = {}
         self.warned = 0  # warnings given (at most MAX_WARNINGS_PER_FILE, then one summary)
         self.reported = len(lines.problems)  # problems up to here were warned about (or by the reader)
         if index_now:
@@ -306,27 +308,27 @@ class OpFile:
             if i < w:
                 return k  # type: ignore[return-value]  # an older line of the case: not the winner
             self.index[k] = i  # type: ignore[index]
-        self._set_hit(k[0], k[1], Entry(self.op_type, self.source, rec, self.lines.raw[i]))  # type: ignore[index]
+        self._set_hit(k[0], Entry(self.op_type, self.source, rec, self.lines.raw[i], k[1]))  # type: ignore[index]
         return k  # type: ignore[return-value]
 
-    def _set_hit(self, h: int, packed: bytes, e: Entry) -> None:
+    def _set_hit(self, h: int, e: Entry) -> None:
         v = self.hits.get(h)
-        if v is None or (type(v) is tuple and v[0] == packed):
-            self.hits[h] = (packed, e)
-        elif type(v) is tuple:
-            self.hits[h] = [v, (packed, e)]
+        if v is None or (type(v) is Entry and v._packed == e._packed):
+            self.hits[h] = e
+        elif type(v) is Entry:
+            self.hits[h] = [v, e]
         else:  # a new list, not an edit: a lookup may be reading the old one
-            self.hits[h] = [p for p in v if p[0] != packed] + [(packed, e)]
+            self.hits[h] = [x for x in v if x._packed != e._packed] + [e]
 
     def get(self, h: int, packed: bytes) -> Entry | None:
         """The winner of the resolved case (h, packed), or None."""
         v = self.hits.get(h)
         if v is None:
             return None
-        if type(v) is tuple:
-            return v[1] if v[0] == packed else None
-        for p, e in v:
-            if p == packed:
+        if type(v) is Entry:
+            return v if v._packed == packed else None
+        for e in v:
+            if e._packed == packed:
                 return e
         return None
 

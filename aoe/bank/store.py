@@ -223,8 +223,8 @@ class OpBank:
             with self._mutex:  # the first question about this id: parse and check its lines
                 f.resolve(h)
             return f.get(h, packed)
-        if type(v) is tuple:
-            return v[1] if v[0] == packed else None
+        if type(v) is Entry:
+            return v if v._packed == packed else None
         return f.get(h, packed)
 
     def checked(self, op_type: str) -> OpFile:
