@@ -5,6 +5,7 @@ Conv, six vector types; --entries / 10 per file, 100,000 each by default) is wri
 format, then:
 - `load_s` / `load_cpu_s`: a fresh `OpBank` reads and indexes every file. The index is lazy: each
   line is filed under its id; a line is parsed and validated when its id is first looked up;
+  `load_rss_mb`: the resident memory the loaded bank added;
 - `lookup_first_us[op]`: mean `OpBank.lookup` of 20,000 stored keys of that file in random order,
   each the first lookup of its case since the load (so it parses and validates that record), all
   in the one process; `lookup_again_us[op]`: the same keys looked up a second time. Every lookup
@@ -113,15 +114,25 @@ def _timed_lookups(bank: OpBank, op: str, sample: list[dict]) -> tuple[float, fl
     return round(wall / len(sample) * 1e6, 2), round(cpu / len(sample) * 1e6, 2)
 
 
+def _rss_mb() -> float:
+    """This process's resident memory (MB), from /proc (0 where there is none)."""
+    try:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def measure_load_lookup(root: Path, keys: dict[str, list[dict]], seed: int) -> dict:
+    rss0 = _rss_mb()
     c0, t0 = time.process_time(), time.perf_counter()
     bank = OpBank(root, SOC)
     files = [bank.file(op) for op in OPS]
     load_s, load_cpu = time.perf_counter() - t0, time.process_time() - c0
+    load_rss = _rss_mb() - rss0
     n = sum(f.cases() for f in files)  # each filed id once: here one line, one case
     assert n == sum(len(v) for v in keys.values()), n
     rng = random.Random(seed)
-    out: dict = {"load_s": round(load_s, 3), "load_cpu_s": round(load_cpu, 3)}
+    out: dict = {"load_s": round(load_s, 3), "load_cpu_s": round(load_cpu, 3), "load_rss_mb": round(load_rss)}
     first, first_cpu, again, again_cpu = {}, {}, {}, {}
     for op in OPS:
         sample = [json.loads(json.dumps(k)) for k in rng.sample(keys[op], min(20_000, len(keys[op])))]

@@ -121,7 +121,9 @@ class Lines:
 
     path: Path
     raw: list[bytes] = field(default_factory=list)  # without the newline; blank lines dropped
-    recs: list[Any] = field(default_factory=list)  # parsed record, None if damaged, UNPARSED (lazy reads)
+    # parsed record, None if damaged, UNPARSED (lazy reads; an operator file's index then keeps each
+    # usable line's case here instead of its record)
+    recs: list[Any] = field(default_factory=list)
     linenos: list[int] = field(default_factory=list)  # 1-based line number in the file as read
     problems: list[tuple[int, str]] = field(default_factory=list)  # (line number, reason)
     sig: Signature | None = None  # None: the file did not exist
