@@ -34,10 +34,11 @@ import math
 import os
 import stat
 import warnings
+from array import array
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from ..durable import atomic_replace, umask
 from ..errors import AoeError
@@ -73,16 +74,59 @@ class BankWarning(UserWarning):
     """A bank file has a damaged line; it was skipped (and is kept in the file)."""
 
 
-class _Unparsed:
-    """The record of a line read lazily and not parsed yet."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "UNPARSED"
+# The record of a line read lazily and not parsed yet (a bare object: nothing the cyclic GC tracks).
+UNPARSED: Any = object()
 
 
-UNPARSED: Any = _Unparsed()
+class BulkLines:
+    """Lines as a tuple (those read in one go) plus a list (those appended later): what a list of
+    them offers the bank (len, indexing, slicing, iteration, append, +=). The cyclic GC stops scanning
+    a tuple of bytes once it has seen one, while it scans a list of a million lines at every full
+    collection (tens of ms a time, for as long as the bank is loaded)."""
+
+    __slots__ = ("bulk", "tail")
+
+    def __init__(self, bulk: Iterable[bytes] = ()) -> None:
+        self.bulk: tuple[bytes, ...] = tuple(bulk)
+        self.tail: list[bytes] = []
+
+    def __len__(self) -> int:
+        return len(self.bulk) + len(self.tail)
+
+    def __getitem__(self, i: Any) -> Any:
+        n = len(self.bulk)
+        if type(i) is int:
+            if 0 <= i < n:
+                return self.bulk[i]
+            if i < 0:
+                return self[i + len(self)] if i >= -len(self) else self.tail[i]  # (IndexError)
+            return self.tail[i - n]
+        start, stop, step = i.indices(len(self))
+        if step != 1:
+            return list(self)[i]
+        if stop <= n:
+            return self.bulk[start:stop]
+        if start >= n:
+            return self.tail[start - n:stop - n]
+        return [*self.bulk[start:], *self.tail[:stop - n]]
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self.bulk
+        yield from self.tail
+
+    def __bool__(self) -> bool:
+        return bool(self.bulk) or bool(self.tail)
+
+    def append(self, line: bytes) -> None:
+        """Add one line at the end."""
+        self.tail.append(line)
+
+    def __iadd__(self, lines: Iterable[bytes]) -> BulkLines:
+        if not self.bulk and not self.tail:
+            self.bulk = tuple(lines)
+        else:
+            self.tail += lines
+        return self
 
 
 def loads(data: bytes | str) -> Any:
@@ -120,11 +164,12 @@ class Lines:
     """The parsed content of one JSON Lines file: raw lines, their records (None = damaged)."""
 
     path: Path
-    raw: list[bytes] = field(default_factory=list)  # without the newline; blank lines dropped
+    raw: Any = field(default_factory=list)  # list[bytes] (BulkLines for lazy reads): no newline; blank lines dropped
     # parsed record, None if damaged, UNPARSED (lazy reads; an operator file's index then keeps each
     # usable line's case here instead of its record)
     recs: list[Any] = field(default_factory=list)
-    linenos: list[int] = field(default_factory=list)  # 1-based line number in the file as read
+    # 1-based line number in the file as read (an array: a million ints are nothing for the GC to scan)
+    linenos: Any = field(default_factory=lambda: array("q"))
     problems: list[tuple[int, str]] = field(default_factory=list)  # (line number, reason)
     sig: Signature | None = None  # None: the file did not exist
     offset: int = 0  # bytes consumed: the end of the last newline-terminated line read
@@ -217,7 +262,7 @@ def _read_from(fd: int, offset: int, size: int) -> bytes:
 def read_lines(path: Path, check: Callable[[Any], str | None], warn: bool = True, lazy: bool = False) -> Lines:
     """Read a JSON Lines file; records failing JSON or `check` (returns a reason) are marked damaged.
     `lazy`: split the lines only (records UNPARSED; `check` is used for a last line without newline)."""
-    out = Lines(path)
+    out = Lines(path, BulkLines()) if lazy else Lines(path)
     try:
         fd, st = _open_checked(path)
     except FileNotFoundError:
@@ -249,7 +294,7 @@ def refresh(lines: Lines, check: Callable[[Any], str | None], warn: bool = True,
             return lines, len(lines.raw)
         if (lines.sig is None or lines.open_tail or sig[2] != lines.sig[2] or st.st_size < lines.offset
                 or (lines.offset and os.pread(fd, 1, lines.offset - 1) != b"\n")):
-            data, fresh = _read_from(fd, 0, st.st_size), Lines(path)
+            data, fresh = _read_from(fd, 0, st.st_size), (Lines(path, BulkLines()) if lazy else Lines(path))
         else:
             data, fresh = _read_from(fd, lines.offset, st.st_size), lines
     finally:
@@ -287,20 +332,21 @@ def _parse(data: bytes, check: Callable[[Any], str | None], out: Lines, lazy: bo
     base, n_parts = out.nlines, len(parts)
     # lazy and no blank line (nothing sorts before a line starting with a byte above the space) and no
     # CR: the lines are the parts, numbered in a row (C-level list work, no loop per line)
-    if lazy and parts and min(parts)[:1] > b" " and b"\r" not in data:
+    if lazy:
+        if not (parts and min(parts)[:1] > b" " and b"\r" not in data):
+            kept = [(n, line[:-1] if line.endswith(b"\r") else line) for n, line in enumerate(parts, base + 1)]
+            kept = [(n, line) for n, line in kept if line and not line.isspace()]
+            parts = [line for _, line in kept]
+            linenos.extend(n for n, _ in kept)
+        else:
+            linenos.extend(range(base + 1, base + 1 + len(parts)))
         raw += parts
         recs += [UNPARSED] * len(parts)
-        linenos += range(base + 1, base + 1 + len(parts))
         parts = []
     for n, line in enumerate(parts, base + 1):
         if line.endswith(b"\r"):
             line = line[:-1]
         if not line or line.isspace():  # (isspace stops at the first non-space: no copy)
-            continue
-        if lazy:
-            raw.append(line)
-            recs.append(UNPARSED)
-            linenos.append(n)
             continue
         try:
             rec = _loads(line)
@@ -491,7 +537,7 @@ def rewrite(lines: Lines) -> Lines:
         if i < len(linenos) and linenos[i] == n:
             renum.append((i + 1, why))
     lines.problems = sorted(renum)
-    lines.linenos = list(range(1, len(lines.raw) + 1))
+    lines.linenos = array("q", range(1, len(lines.raw) + 1))
     lines.nlines = len(lines.raw)
     lines.offset = lines.sig[1]
     lines.open_tail = False

@@ -282,10 +282,10 @@ class OpFile:
 
     def _index_line(self, i: int, expect: int | None) -> Key | None:
         recs = self.lines.recs
-        rec = recs[i]
+        rec, line = recs[i], self.lines.raw[i]
         if rec is _UNPARSED:
             try:
-                rec = _loads(self.lines.raw[i])
+                rec = _loads(line)
             except _JSONError:
                 return self._damaged(i, "not valid JSON (corrupt or truncated line)")
         k = self.check(rec)
@@ -308,7 +308,7 @@ class OpFile:
             if i < w:
                 return k  # type: ignore[return-value]  # an older line of the case: not the winner
             self.index[k] = i  # type: ignore[index]
-        self._set_hit(k[0], Entry(self.op_type, self.source, rec, self.lines.raw[i], k[1]))  # type: ignore[index]
+        self._set_hit(k[0], Entry(self.op_type, self.source, rec, line, k[1]))  # type: ignore[index]
         return k  # type: ignore[return-value]
 
     def _set_hit(self, h: int, e: Entry) -> None:
@@ -393,8 +393,8 @@ class OpFile:
             f, w = self.first[k], self.index[k]
             raw[f], recs[f] = old.raw[w], old.recs[w]
         drop = sorted(self.superseded)
-        out = jsonl.Lines(old.path, _without(raw, drop), _without(recs, drop), _without(linenos, drop),
-                          list(old.problems), old.sig)
+        out = jsonl.Lines(old.path, jsonl.BulkLines(_without(raw, drop)), _without(recs, drop),
+                          _without(linenos, drop), list(old.problems), old.sig)
         g = OpFile(out, self.op_type, self.schema, self.hash_fn, self.source, index_now=False)
         keys = list(self.index)
         g.index = dict(zip(keys, _shifted([self.first[k] for k in keys], drop)))
