@@ -11,8 +11,8 @@ format, then:
   each the first lookup of its case since the load (so it parses and validates that record), all
   in the one process; `lookup_again_us[op]`: the same keys looked up a second time. Every lookup
   makes the fstat re-validation that shows a new entry at once. Each is the best of three passes
-  (the first on the bank loaded above, the others on a freshly loaded index of that file; every
-  bank is kept alive to the end, with what it cached). `*_cpu_us`: the same in thread CPU time (the
+  (the first on the bank loaded above, which by then holds the cases of the families before, the
+  others on a freshly loaded index of that file). `*_cpu_us`: the same in thread CPU time (the
   machine is shared); `*_max_us`: the worst family; `bare_fstat_us`: one `os.fstat` of a bank
   file's descriptor (the machine's syscall cost);
 - `save_ms` / `save_cpu_ms`: one `save()` of one new case into a file of entries/10 records, mean of
@@ -142,17 +142,14 @@ def measure_load_lookup(root: Path, keys: dict[str, list[dict]], seed: int) -> d
     out: dict = {"load_s": round(load_s, 3), "load_cpu_s": round(load_cpu, 3), "load_rss_mb": round(load_rss),
                  "gc_full_collection_ms": round(gc_ms, 1)}
     first, first_cpu, again, again_cpu = {}, {}, {}, {}
-    kept = [bank]  # every bank stays alive: the cases they cached weigh on later collections
     for op in OPS:
         sample = [json.loads(json.dumps(k)) for k in rng.sample(keys[op], min(20_000, len(keys[op])))]
         runs = []
         for rep in range(PASSES):  # the first on the bank loaded above, then on a fresh index each
             b = bank if rep == 0 else OpBank(root, SOC)
-            kept.append(b)
             runs.append(_timed_lookups(b, op, sample) + _timed_lookups(b, op, sample))
         first[op], first_cpu[op] = min(r[0] for r in runs), min(r[1] for r in runs)
         again[op], again_cpu[op] = min(r[2] for r in runs), min(r[3] for r in runs)
-    del kept
     for name, d in (("lookup_first", first), ("lookup_first_cpu", first_cpu), ("lookup_again", again),
                     ("lookup_again_cpu", again_cpu)):
         out[f"{name}_us"] = d

@@ -51,46 +51,70 @@ def _perf(v: Any) -> float | None:
     return float(v) if type(v) in (int, float) and 0 < v <= MAX_PERF_US else None
 
 
+Case = tuple  # (packed key, id, version, knowledge, aoe fields, stored line): one cached winner
+
+
+def case_of(rec: dict[str, Any], raw: bytes, packed: bytes) -> Case:
+    """What the bank keeps of a winning record: one tuple and the two dicts callers read (plain numbers
+    in the usual case), not the whole parsed record (a vector key alone holds a list per shape): few
+    objects for the cyclic GC to scan in a process that has looked up many cases."""
+    return (packed, rec["id"], rec.get("version", RECORD_VERSION), rec["knowledge"], rec.get("aoe") or {}, raw)
+
+
 class Entry:
     """One stored case: key, strategy and (if known) the performance it achieved.
 
-    Made once per case a lookup finds and shared by every later lookup of it, so it keeps only what
-    those callers read: `knowledge` and `aoe` are the bank cache's own objects (treat them as
-    read-only; `knowledge_copy` gives yours). The key (`info_dict`) and `record()` are parsed again
-    from the stored line on each call: a cached key of a vector operator holds a list per shape,
-    each one more object for Python's cyclic GC to scan for as long as the process runs.
+    A thin view of what the bank keeps of a case, made for each lookup that finds it: `knowledge` and
+    `aoe` are the bank cache's own objects (treat them as read-only; `knowledge_copy` gives yours).
+    The key (`info_dict`) and `record()` are parsed again from the stored line on each call: a cached
+    key of a vector operator would hold a list per shape, objects for Python's cyclic GC to scan.
     """
 
-    __slots__ = ("op", "source", "id", "version", "knowledge", "aoe", "_raw", "_packed")
+    __slots__ = ("op", "source", "_c")
 
     def __init__(self, op: str, source: str, rec: dict[str, Any], raw: bytes | None = None,
                  packed: bytes = b"") -> None:
         self.op, self.source = op, source  # source: "custom" | "builtin"
-        self.id: int = rec["id"]  # the record's uint32 id
-        self.version: int = rec.get("version", RECORD_VERSION)
-        self.knowledge: dict[str, Any] = rec["knowledge"]  # the strategy
-        self.aoe: dict[str, Any] = rec.get("aoe") or {}  # aoe's own fields ({} for CANN's records)
-        self._raw = raw if raw is not None else _dumps(rec)  # the stored line (`rec` as JSON)
-        self._packed = packed  # the packed key (what a lookup compares)
+        self._c: Case = case_of(rec, raw if raw is not None else _dumps(rec), packed)
+
+    @property
+    def id(self) -> int:
+        """The record's uint32 id."""
+        return self._c[1]  # type: ignore[no-any-return]
+
+    @property
+    def version(self) -> int:
+        """The record's version field."""
+        return self._c[2]  # type: ignore[no-any-return]
+
+    @property
+    def knowledge(self) -> dict[str, Any]:
+        """The strategy."""
+        return self._c[3]  # type: ignore[no-any-return]
+
+    @property
+    def aoe(self) -> dict[str, Any]:
+        """aoe's own fields ({} for CANN's records)."""
+        return self._c[4]  # type: ignore[no-any-return]
 
     @property
     def info_dict(self) -> dict[str, Any]:
         """The key (a fresh copy)."""
-        return _loads(self._raw)["info_dict"]  # type: ignore[no-any-return]
+        return _loads(self._c[5])["info_dict"]  # type: ignore[no-any-return]
 
     @property
     def perf_us(self) -> float | None:
         """Time (µs) this strategy achieved when it was stored; None if unknown."""
-        return _perf(self.aoe.get("perf_us"))
+        return _perf(self._c[4].get("perf_us"))
 
     @property
     def default_perf_us(self) -> float | None:
         """Time (µs) of the default strategy for this case when it was stored; None if unknown."""
-        return _perf(self.aoe.get("default_perf_us"))
+        return _perf(self._c[4].get("default_perf_us"))
 
     def record(self) -> dict[str, Any]:
         """A copy of the JSON record of this entry."""
-        return _loads(self._raw)  # type: ignore[no-any-return]
+        return _loads(self._c[5])  # type: ignore[no-any-return]
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, Entry) and (self.op, self.source, self.record()) ==
@@ -98,6 +122,16 @@ class Entry:
 
     def __repr__(self) -> str:
         return f"Entry(op={self.op!r}, source={self.source!r}, record={self.record()!r})"
+
+
+_new = object.__new__
+
+
+def entry_of(op: str, source: str, c: Case) -> Entry:
+    """The entry of a cached case (the hot path: no argument parsing, three slots set)."""
+    e = _new(Entry)
+    e.op, e.source, e._c = op, source, c
+    return e
 
 
 def shape_check(op_type: str) -> Callable[[Any], str | None]:
@@ -192,9 +226,9 @@ class OpFile:
         self.pending_extra = 0  # filed lines beyond one per id: duplicates (or collisions) to come
         self.pending_multi: set[int] = set()  # the ids filed with several lines
         self.done: set[int] = set()  # resolved ids: a new line of one is indexed at once
-        # id -> the entry of its case's winner, or a list of them (a hash collision): what a lookup
-        # reads, one probe by id and one comparison of the packed key bytes (`entry._packed`)
-        self.hits: dict[int, Entry | list[Entry]] = {}
+        # id -> the cached case of its winner (`case_of`), or a list of them (a hash collision): what a
+        # lookup reads, one probe by id and one comparison of the packed key bytes (`case[0]`)
+        self.hits: dict[int, Case | list[Case]] = {}
         self.warned = 0  # warnings given (at most MAX_WARNINGS_PER_FILE, then one summary)
         self.reported = len(lines.problems)  # problems up to here were warned about (or by the reader)
         if index_now:
@@ -308,28 +342,28 @@ class OpFile:
             if i < w:
                 return k  # type: ignore[return-value]  # an older line of the case: not the winner
             self.index[k] = i  # type: ignore[index]
-        self._set_hit(k[0], Entry(self.op_type, self.source, rec, line, k[1]))  # type: ignore[index]
+        self._set_hit(k[0], case_of(rec, line, k[1]))  # type: ignore[index,arg-type]
         return k  # type: ignore[return-value]
 
-    def _set_hit(self, h: int, e: Entry) -> None:
+    def _set_hit(self, h: int, c: Case) -> None:
         v = self.hits.get(h)
-        if v is None or (type(v) is Entry and v._packed == e._packed):
-            self.hits[h] = e
-        elif type(v) is Entry:
-            self.hits[h] = [v, e]
+        if v is None or (type(v) is tuple and v[0] == c[0]):
+            self.hits[h] = c
+        elif type(v) is tuple:
+            self.hits[h] = [v, c]
         else:  # a new list, not an edit: a lookup may be reading the old one
-            self.hits[h] = [x for x in v if x._packed != e._packed] + [e]
+            self.hits[h] = [x for x in v if x[0] != c[0]] + [c]
 
     def get(self, h: int, packed: bytes) -> Entry | None:
         """The winner of the resolved case (h, packed), or None."""
         v = self.hits.get(h)
         if v is None:
             return None
-        if type(v) is Entry:
-            return v if v._packed == packed else None
-        for e in v:
-            if e._packed == packed:
-                return e
+        if type(v) is tuple:
+            return entry_of(self.op_type, self.source, v) if v[0] == packed else None
+        for c in v:
+            if c[0] == packed:
+                return entry_of(self.op_type, self.source, c)
         return None
 
     def _damaged(self, i: int, why: str) -> None:

@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from ..errors import AoeError
 from . import jsonl
-from .opfile import RECORD_VERSION, Entry, OpFile, _perf, shape_check
+from .opfile import RECORD_VERSION, Entry, OpFile, _perf, entry_of, shape_check
 from .paths import check_dir, check_name, core_num_for, ensure_dir, inside
 from .schema import MAX_PERF_US, BankKeyError, schema_for
 
@@ -223,8 +223,8 @@ class OpBank:
             with self._mutex:  # the first question about this id: parse and check its lines
                 f.resolve(h)
             return f.get(h, packed)
-        if type(v) is Entry:
-            return v if v._packed == packed else None
+        if type(v) is tuple:
+            return entry_of(op_type, f.source, v) if v[0] == packed else None
         return f.get(h, packed)
 
     def checked(self, op_type: str) -> OpFile:
