@@ -303,3 +303,38 @@ def test_record_check_agrees_with_the_precise_rules(know, drop, key, perf):
         assert got == ((3 if "aoe" in rec else zlib.crc32(packed)), packed)
     else:
         assert isinstance(got, str) and why in got
+
+
+def test_bulk_lines_behave_like_a_list():
+    from aoe.bank.jsonl import BulkLines
+    ref = [b"a", b"b", b"c"]
+    bl = BulkLines()
+    bl += list(ref)  # the first read: the tuple
+    assert type(bl.bulk) is tuple and bl.tail == []
+    for x in (b"d", b"e"):
+        bl.append(x)
+        ref.append(x)
+    bl += [b"f"]  # a later read: appended to the list
+    ref.append(b"f")
+    assert len(bl) == len(ref) and list(bl) == ref and bool(bl) and not BulkLines()
+    for i in range(-len(ref), len(ref)):
+        assert bl[i] == ref[i], i
+    for a in range(-7, 8):
+        for b in range(-7, 8):
+            assert list(bl[a:b]) == ref[a:b], (a, b)
+    assert list(bl[::2]) == ref[::2]
+    with pytest.raises(IndexError):
+        bl[len(ref)]
+    with pytest.raises(IndexError):
+        bl[-len(ref) - 1]
+
+
+def test_crlf_and_blank_lines_keep_their_numbers(tmp_path):
+    good = [line(MM, zlib.crc32, "good", k) for k in range(3)]
+    bad = line(MM, zlib.crc32, "zero_perf", 3)
+    path = _write(tmp_path, MM, good[0] + b"\r\n\r\n" + good[1] + b"\r\n   \n" + bad + b"\r\n" + good[2] + b"\n")
+    bank = OpBank(tmp_path, SOC)
+    for k in range(3):
+        assert bank.lookup(MM, KEYS[MM][k]).knowledge == mm_know(1)
+    with pytest.warns(BankWarning, match=f"{path}:5:"):
+        assert bank.lookup(MM, KEYS[MM][3]) is None

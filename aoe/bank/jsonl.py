@@ -30,6 +30,7 @@ import bisect
 import errno
 import fcntl
 import gc
+import itertools
 import math
 import os
 import stat
@@ -111,8 +112,7 @@ class BulkLines:
         return [*self.bulk[start:], *self.tail[:stop - n]]
 
     def __iter__(self) -> Iterator[bytes]:
-        yield from self.bulk
-        yield from self.tail
+        return itertools.chain(self.bulk, self.tail)
 
     def __bool__(self) -> bool:
         return bool(self.bulk) or bool(self.tail)
