@@ -70,7 +70,6 @@ class Pending:
         return _perf(self.aoe.get("perf_us"))
 
 
-
 def better(new_perf: float | None, old_perf: float | None) -> bool:
     """True if a strategy with `new_perf` should replace one with `old_perf` (None = unknown)."""
     return new_perf is not None and (old_perf is None or new_perf < old_perf)
