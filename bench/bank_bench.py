@@ -3,24 +3,41 @@
 Prints one JSON object. A bank of --entries records spread over ten operator files (two MatMul, two
 Conv, six vector types; --entries / 10 per file, 100,000 each by default) is written in aoe's record
 format, then:
-- `load_s` / `load_cpu_s`: a fresh `OpBank` reads and indexes every file (every record validated);
-- `lookup_us[op]`: mean `OpBank.lookup` of 20,000 stored keys of that file in random order, each
-  with the stat re-validation that makes a new entry visible at once (`lookup_max_us`: the worst
-  family); `bare_stat_us`: one `os.stat` of a bank file (the machine's syscall cost);
+- `load_s` / `load_cpu_s`: a fresh `OpBank` reads and indexes every file. The index is lazy: each
+  line is filed under its id; a line is parsed and validated when its id is first looked up;
+  `load_rss_mb`: the resident memory the loaded bank added; `gc_full_collection_ms`: one full
+  collection of the cyclic GC right after the load (what the loaded bank costs every collection);
+- `lookup_first_us[op]`: mean `OpBank.lookup` of 20,000 stored keys of that file in random order,
+  each the first lookup of its case since the load (so it parses and validates that record), all
+  in the one process; `lookup_again_us[op]`: the same keys looked up a second time. Every lookup
+  makes the fstat re-validation that shows a new entry at once. Each is the best of three passes
+  (the first on the bank loaded above, which by then holds the cases of the families before, the
+  others on a freshly loaded index of that file). `*_cpu_us`: the same in thread CPU time (the
+  machine is shared); `*_max_us`: the worst family; `bare_fstat_us`: one `os.fstat` of a bank
+  file's descriptor (the machine's syscall cost);
 - `save_ms` / `save_cpu_ms`: one `save()` of one new case into a file of entries/10 records, mean of
   200, each appended under the lock and fdatasync'ed; `fdatasync_ms`: a bare 800-byte write + fdatasync
   in the same directory (the disk's floor under any durable save);
-- `compact_s`: `OpBank.compact()` of every file (each with superseded lines), i.e. rewriting the
-  whole bank canonically;
+- `compact_s`: `OpBank.compact()` of every file (each with one superseded line), i.e. rewriting the
+  whole bank canonically; `compact_tenth_improved_s`: compacting one file of --entries / 10 records
+  after a tenth of its cases were improved (each of those ids then has two lines to parse and check);
 - `writers`: --writers processes x --saves single-case saves into one file (distinct cases plus one
   case all of them improve): `lost` (saved cases missing afterwards; goal 0), `best_kept` (the shared
   case holds the best time), `cann_readable` (after compaction: every line one JSON record with
   id/op/version/info_dict/knowledge, one line per case).
 Goals (issue 13): load <= 5 s, lookup <= 5 us (every family), save <= 2 ms, compaction <= 5 s.
+
+Harness: the keys are built before any timing and then moved out of the cyclic GC's reach
+(`gc.freeze`): a million key dicts are the bench's own data, which a compiler asking the bank does
+not hold, and every collection would scan them. Each sample of keys is copied into fresh objects in
+lookup order, as a caller's key is freshly built (the bench's stored keys, scattered over gigabytes,
+would add cache misses of the harness's own). The collector stays on: collections of what the
+bank keeps (the records its lookups parsed) are counted.
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
@@ -41,6 +58,7 @@ MATMUL_OPS = ("MatMulV3", "BatchMatMulV2")
 CONV_OPS = ("Conv2D", "Conv2DBackpropFilter")
 VECTOR_OPS = ("LayerNorm", "Add", "SoftmaxV2", "ReduceSumD", "Cast", "Mul")
 OPS = MATMUL_OPS + CONV_OPS + VECTOR_OPS
+PASSES = 3  # lookup figures: the best of three passes (the machine is shared with other work)
 
 
 def make_key(op: str, i: int, rng: random.Random) -> dict:
@@ -91,27 +109,58 @@ def write_bank(root: Path, per_file: int, seed: int) -> dict[str, list[dict]]:
     return keys
 
 
+def _timed_lookups(bank: OpBank, op: str, sample: list[dict]) -> tuple[float, float]:
+    """(wall µs, thread CPU µs) per lookup of every key in `sample`, all of them hits."""
+    c0, t0 = time.thread_time(), time.perf_counter()
+    hits = sum(bank.lookup(op, k) is not None for k in sample)
+    wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
+    assert hits == len(sample), (op, hits)
+    return round(wall / len(sample) * 1e6, 2), round(cpu / len(sample) * 1e6, 2)
+
+
+def _rss_mb() -> float:
+    """This process's resident memory (MB), from /proc (0 where there is none)."""
+    try:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def measure_load_lookup(root: Path, keys: dict[str, list[dict]], seed: int) -> dict:
+    rss0 = _rss_mb()
     c0, t0 = time.process_time(), time.perf_counter()
     bank = OpBank(root, SOC)
-    n = sum(len(bank.file(op).index) for op in OPS)
+    files = [bank.file(op) for op in OPS]
     load_s, load_cpu = time.perf_counter() - t0, time.process_time() - c0
+    load_rss = _rss_mb() - rss0
+    t0 = time.perf_counter()
+    gc.collect()  # what a full collection costs a process that holds the loaded bank
+    gc_ms = (time.perf_counter() - t0) * 1e3
+    n = sum(f.cases() for f in files)  # each filed id once: here one line, one case
     assert n == sum(len(v) for v in keys.values()), n
     rng = random.Random(seed)
-    lookup = {}
+    out: dict = {"load_s": round(load_s, 3), "load_cpu_s": round(load_cpu, 3), "load_rss_mb": round(load_rss),
+                 "gc_full_collection_ms": round(gc_ms, 1)}
+    first, first_cpu, again, again_cpu = {}, {}, {}, {}
     for op in OPS:
-        sample = rng.sample(keys[op], min(20_000, len(keys[op])))
-        t0 = time.perf_counter()
-        hits = sum(bank.lookup(op, k) is not None for k in sample)
-        lookup[op] = round((time.perf_counter() - t0) / len(sample) * 1e6, 2)
-        assert hits == len(sample)
-    path = str(bank.path_for(OPS[0]))
+        sample = [json.loads(json.dumps(k)) for k in rng.sample(keys[op], min(20_000, len(keys[op])))]
+        runs = []
+        for rep in range(PASSES):  # the first on the bank loaded above, then on a fresh index each
+            b = bank if rep == 0 else OpBank(root, SOC)
+            runs.append(_timed_lookups(b, op, sample) + _timed_lookups(b, op, sample))
+        first[op], first_cpu[op] = min(r[0] for r in runs), min(r[1] for r in runs)
+        again[op], again_cpu[op] = min(r[2] for r in runs), min(r[3] for r in runs)
+    for name, d in (("lookup_first", first), ("lookup_first_cpu", first_cpu), ("lookup_again", again),
+                    ("lookup_again_cpu", again_cpu)):
+        out[f"{name}_us"] = d
+        out[f"{name}_max_us"] = max(d.values())
+    fd = os.open(bank.path_for(OPS[0]), os.O_RDONLY)
     t0 = time.perf_counter()
     for _ in range(20_000):
-        os.stat(path)
-    stat_us = (time.perf_counter() - t0) / 20_000 * 1e6
-    return {"load_s": round(load_s, 3), "load_cpu_s": round(load_cpu, 3), "lookup_us": lookup,
-            "lookup_max_us": max(lookup.values()), "bare_stat_us": round(stat_us, 2)}
+        os.fstat(fd)
+    out["bare_fstat_us"] = round((time.perf_counter() - t0) / 20_000 * 1e6, 2)
+    os.close(fd)
+    return out
 
 
 def measure_save(root: Path, keys: dict[str, list[dict]], seed: int) -> dict:
@@ -151,6 +200,21 @@ def measure_compaction(root: Path, keys: dict[str, list[dict]], seed: int) -> di
            "compact_removed": sum(removed.values())}
     size = sum(fresh.path_for(op).stat().st_size for op in OPS)
     out["bank_mb"] = round(size / 1e6, 1)
+    # the costly case for a lazy index: a tenth of one file's cases improved since the last compaction
+    # (appended as saves leave them), so every one of those ids is parsed and checked
+    op, ks = OPS[0], keys[OPS[0]]
+    fam = schema_for(op)
+    with open(fresh.path_for(op), "ab") as f:
+        f.write(b"".join(dumps({"id": default_hash(fam.pack(op, k)), "op": op, "version": 1, "info_dict": k,
+                                "knowledge": knowledge(op, rng), "aoe": {"perf_us": 1.0 + i % 3}}) + b"\n"
+                         for i, k in enumerate(ks[::10])))
+    heavy = OpBank(root, SOC)
+    heavy.file(op)
+    c0, t0 = time.process_time(), time.perf_counter()
+    removed = heavy.compact(op)
+    out.update({"compact_tenth_improved_s": round(time.perf_counter() - t0, 3),
+                "compact_tenth_improved_cpu_s": round(time.process_time() - c0, 3),
+                "compact_tenth_improved_removed": removed[op]})
     return out
 
 
@@ -214,11 +278,13 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         keys = write_bank(root, per_file, args.seed)
         out["write_s"] = round(time.perf_counter() - t0, 1)
+        gc.freeze()  # the harness's million keys: out of the collector's reach (see the docstring)
         out.update(measure_load_lookup(root, keys, args.seed))
         out.update(measure_save(root, keys, args.seed))
         out.update(measure_compaction(root, keys, args.seed))
     out["concurrent"] = measure_writers(args.writers, args.saves)
-    goals = {"load_s": 5.0, "lookup_max_us": 5.0, "save_ms": 2.0, "compact_s": 5.0}
+    goals = {"load_s": 5.0, "lookup_first_max_us": 5.0, "lookup_again_max_us": 5.0, "save_ms": 2.0,
+             "compact_s": 5.0}
     out["goals_met"] = {k: out[k] <= v for k, v in goals.items()}
     out["goals_met"]["no_lost_update"] = out["concurrent"]["lost"] == 0 and out["concurrent"]["best_kept"]
     out.update({"load_avg_1min": os.getloadavg()[0], "python": sys.version.split()[0],

@@ -6,6 +6,7 @@
 | `jsonl.py` | the JSON Lines files: locked read-merge-write, damaged lines kept, atomic replace |
 | `schema.py` | key and knowledge fields per operator family; CANN's packed key and its crc32 id |
 | `store.py` | `OpBank` (custom, CANN's file format), `BuiltinBank` (shipped, read-only), `BankChain` |
+| `opfile.py` | the lazily built index of one operator file; the record check; `Entry` |
 | `subgraph.py` | `SubgraphBank`: `subgraph.json`, records keyed by `repo_key` |
 | `decision.py` | `decide`: the add / update / reserved / unsatisfied rule both tuners follow |
 | `query.py` | `query`: one operator case -> knowledge or None, for compilers |

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 from ..errors import AoeError
 from . import jsonl
 from .paths import check_name, core_num_for, resolve_op_bank_dir, resolve_subgraph_bank_dir
-from .schema import BankKeyError, schema_for
+from .schema import schema_for
 from .store import BuiltinBank, Entry, OpBank, Pending, make_pending
 from .subgraph import SubgraphBank, make_subgraph_pending
 
@@ -202,24 +202,16 @@ def _verify_opbank(bank: OpBank) -> tuple[int, list[str], int]:
             continue
         except OSError:
             pass
-        f = bank.file(op)
-        schema = f.schema
+        f = bank.checked(op)  # every line parsed and checked (lookups check only what they touch)
         dups += f.dups
-        bad += [f"{path}:{n}: {why}" for n, why in f.lines.problems]
-        for i, rec in enumerate(f.lines.recs):
-            if rec is None:
+        bad += [f"{path}:{n}: {why}" for n, why in sorted(f.lines.problems)]
+        for n, case in zip(f.lines.linenos, f.lines.recs):
+            if type(case) is not tuple:  # a damaged line (listed above)
                 continue
-            n = f.lines.linenos[i]
-            try:
-                packed = schema.pack(op, rec["info_dict"])
-                schema.check_knowledge(op, rec["knowledge"])
-                schema.check_ranges(op, rec["info_dict"], rec["knowledge"])
-            except BankKeyError as exc:
-                bad.append(f"{path}:{n}: {exc}")
-                continue
-            if "aoe" in rec and rec["id"] != bank.hash_fn(packed):
-                bad.append(f"{path}:{n}: id {rec['id']} is not the hash of its key "
-                           f"({bank.hash_fn(packed)}): this record can never be found")
+            h, packed = case  # a usable record: of its own file and schema, times and fields in range
+            if h != bank.hash_fn(packed):  # (only aoe's records keep their stored id)
+                bad.append(f"{path}:{n}: id {h} is not the hash of its key ({bank.hash_fn(packed)}): "
+                           f"this record can never be found")
                 continue
             n_ok += 1
     return n_ok, bad, dups

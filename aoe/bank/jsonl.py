@@ -10,8 +10,11 @@ Guarantees:
   such a fragment (it may also be an append in flight); the next writer, holding the lock, cuts it
   off with a warning (a fragment that is a valid record, e.g. a hand-made file without a final
   newline, is kept and terminated instead). So a torn line is never read as a record nor propagated.
-- Readers pick up appended lines incrementally (`refresh` parses only the bytes past the last
+- Readers pick up appended lines incrementally (`refresh` reads only the bytes past the last
   complete line it read); a replaced file (new inode) or one that shrank is read again in full.
+- Lazy reads (`lazy=True`, the operator banks): lines are split but not parsed; their records are
+  `UNPARSED` until the caller parses the ones it needs (a last line without its newline is still
+  parsed at once, to tell a torn append from a record).
 - Compaction (`rewrite`) writes a temp file in the same directory, fsyncs it and `os.replace`s it over
   the bank file (then fsyncs the directory): readers see the old file or the new one.
 - A corrupt line in the middle of a file is skipped with a warning naming file and line, and is KEPT:
@@ -23,17 +26,20 @@ Guarantees:
 """
 from __future__ import annotations
 
+import bisect
 import errno
 import fcntl
 import gc
+import itertools
 import math
 import os
 import stat
 import warnings
+from array import array
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from ..durable import atomic_replace, umask
 from ..errors import AoeError
@@ -58,12 +64,69 @@ except ImportError:  # pragma: no cover - orjson is a dependency; keep working w
         """Serialise one record as compact JSON bytes (no newline)."""
         return _json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
+# the bare parser (no wrapper frame: it runs once per record a lookup resolves) and its error
+parse_raw: Callable[[bytes], Any] = _loads
+DecodeError: type[Exception] = _JSONError
 MAX_WARNINGS_PER_FILE = 10
 Signature = tuple[int, int, int]  # (st_mtime_ns, st_size, st_ino): changes on every rewrite
 
 
 class BankWarning(UserWarning):
     """A bank file has a damaged line; it was skipped (and is kept in the file)."""
+
+
+# The record of a line read lazily and not parsed yet (a bare object: nothing the cyclic GC tracks).
+UNPARSED: Any = object()
+
+
+class BulkLines:
+    """Lines as a tuple (those read in one go) plus a list (those appended later): what a list of
+    them offers the bank (len, indexing, slicing, iteration, append, +=). The cyclic GC stops scanning
+    a tuple of bytes once it has seen one, while it scans a list of a million lines at every full
+    collection (tens of ms a time, for as long as the bank is loaded)."""
+
+    __slots__ = ("bulk", "tail")
+
+    def __init__(self, bulk: Iterable[bytes] = ()) -> None:
+        self.bulk: tuple[bytes, ...] = tuple(bulk)
+        self.tail: list[bytes] = []
+
+    def __len__(self) -> int:
+        return len(self.bulk) + len(self.tail)
+
+    def __getitem__(self, i: Any) -> Any:
+        n = len(self.bulk)
+        if type(i) is int:
+            if 0 <= i < n:
+                return self.bulk[i]
+            if i < 0:
+                return self[i + len(self)] if i >= -len(self) else self.tail[i]  # (IndexError)
+            return self.tail[i - n]
+        start, stop, step = i.indices(len(self))
+        if step != 1:
+            return list(self)[i]
+        if stop <= n:
+            return self.bulk[start:stop]
+        if start >= n:
+            return self.tail[start - n:stop - n]
+        return [*self.bulk[start:], *self.tail[:stop - n]]
+
+    def __iter__(self) -> Iterator[bytes]:
+        return itertools.chain(self.bulk, self.tail)
+
+    def __bool__(self) -> bool:
+        return bool(self.bulk) or bool(self.tail)
+
+    def append(self, line: bytes) -> None:
+        """Add one line at the end."""
+        self.tail.append(line)
+
+    def __iadd__(self, lines: Iterable[bytes]) -> BulkLines:
+        if not self.bulk and not self.tail:
+            self.bulk = tuple(lines)
+        else:
+            self.tail += lines
+        return self
 
 
 def loads(data: bytes | str) -> Any:
@@ -101,9 +164,12 @@ class Lines:
     """The parsed content of one JSON Lines file: raw lines, their records (None = damaged)."""
 
     path: Path
-    raw: list[bytes] = field(default_factory=list)  # without the newline; blank lines dropped
-    recs: list[Any] = field(default_factory=list)  # parsed record, or None if damaged
-    linenos: list[int] = field(default_factory=list)  # 1-based line number in the file as read
+    raw: Any = field(default_factory=list)  # list[bytes] (BulkLines for lazy reads): no newline; blank lines dropped
+    # parsed record, None if damaged, UNPARSED (lazy reads; an operator file's index then keeps each
+    # usable line's case here instead of its record)
+    recs: list[Any] = field(default_factory=list)
+    # 1-based line number in the file as read (an array: a million ints are nothing for the GC to scan)
+    linenos: Any = field(default_factory=lambda: array("q"))
     problems: list[tuple[int, str]] = field(default_factory=list)  # (line number, reason)
     sig: Signature | None = None  # None: the file did not exist
     offset: int = 0  # bytes consumed: the end of the last newline-terminated line read
@@ -119,7 +185,7 @@ class Lines:
 
     def content(self) -> bytes:
         """The file bytes these lines make."""
-        return b"".join(r + b"\n" for r in self.raw)
+        return b"\n".join([*self.raw, b""]) if self.raw else b""  # one copy of the bytes, not two
 
 
 def signature(st: os.stat_result) -> Signature:
@@ -193,9 +259,10 @@ def _read_from(fd: int, offset: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def read_lines(path: Path, check: Callable[[Any], str | None], warn: bool = True) -> Lines:
-    """Read a JSON Lines file; records failing JSON or `check` (returns a reason) are marked damaged."""
-    out = Lines(path)
+def read_lines(path: Path, check: Callable[[Any], str | None], warn: bool = True, lazy: bool = False) -> Lines:
+    """Read a JSON Lines file; records failing JSON or `check` (returns a reason) are marked damaged.
+    `lazy`: split the lines only (records UNPARSED; `check` is used for a last line without newline)."""
+    out = Lines(path, BulkLines()) if lazy else Lines(path)
     try:
         fd, st = _open_checked(path)
     except FileNotFoundError:
@@ -206,13 +273,14 @@ def read_lines(path: Path, check: Callable[[Any], str | None], warn: bool = True
         os.close(fd)
     out.sig = signature(st)
     with gc_paused():
-        _parse(data, check, out)
+        _parse(data, check, out, lazy)
     if warn and out.problems:
         warn_problems(path, out.problems)
     return out
 
 
-def refresh(lines: Lines, check: Callable[[Any], str | None], warn: bool = True) -> tuple[Lines, int]:
+def refresh(lines: Lines, check: Callable[[Any], str | None], warn: bool = True,
+            lazy: bool = False) -> tuple[Lines, int]:
     """Catch up with the file: (lines, index of the first new line). Reads only appended bytes when
     the file grew in place; a new inode, a shrink or a rewritten tail reads it all (index 0)."""
     path = lines.path
@@ -226,7 +294,7 @@ def refresh(lines: Lines, check: Callable[[Any], str | None], warn: bool = True)
             return lines, len(lines.raw)
         if (lines.sig is None or lines.open_tail or sig[2] != lines.sig[2] or st.st_size < lines.offset
                 or (lines.offset and os.pread(fd, 1, lines.offset - 1) != b"\n")):
-            data, fresh = _read_from(fd, 0, st.st_size), Lines(path)
+            data, fresh = _read_from(fd, 0, st.st_size), (Lines(path, BulkLines()) if lazy else Lines(path))
         else:
             data, fresh = _read_from(fd, lines.offset, st.st_size), lines
     finally:
@@ -235,7 +303,7 @@ def refresh(lines: Lines, check: Callable[[Any], str | None], warn: bool = True)
     n_problems = len(fresh.problems)
     fresh.sig = sig
     with gc_paused():
-        _parse(data, check, fresh)
+        _parse(data, check, fresh, lazy)
     if warn and len(fresh.problems) > n_problems:
         warn_problems(path, fresh.problems[n_problems:])
     return fresh, first
@@ -254,13 +322,27 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _parse(data: bytes, check: Callable[[Any], str | None], out: Lines) -> None:
+def _parse(data: bytes, check: Callable[[Any], str | None], out: Lines, lazy: bool = False) -> None:
     """Parse `data` (the bytes at `out.offset`) into `out`; a last fragment without its newline is
-    taken only when it is a valid record, and is never reported (it may be an append in flight)."""
+    taken only when it is a valid record, and is never reported (it may be an append in flight).
+    `lazy`: the newline-terminated lines are kept unparsed (UNPARSED)."""
     raw, recs, linenos, problems = out.raw, out.recs, out.linenos, out.problems
     parts = data.split(b"\n")
     tail = parts.pop()  # b"" when the data ends with a newline
-    base = out.nlines
+    base, n_parts = out.nlines, len(parts)
+    # lazy and no blank line (nothing sorts before a line starting with a byte above the space) and no
+    # CR: the lines are the parts, numbered in a row (C-level list work, no loop per line)
+    if lazy:
+        if not (parts and min(parts)[:1] > b" " and b"\r" not in data):
+            kept = [(n, line[:-1] if line.endswith(b"\r") else line) for n, line in enumerate(parts, base + 1)]
+            kept = [(n, line) for n, line in kept if line and not line.isspace()]
+            parts = [line for _, line in kept]
+            linenos.extend(n for n, _ in kept)
+        else:
+            linenos.extend(range(base + 1, base + 1 + len(parts)))
+        raw += parts
+        recs += [UNPARSED] * len(parts)
+        parts = []
     for n, line in enumerate(parts, base + 1):
         if line.endswith(b"\r"):
             line = line[:-1]
@@ -279,7 +361,7 @@ def _parse(data: bytes, check: Callable[[Any], str | None], out: Lines) -> None:
         raw.append(line)
         recs.append(rec)
         linenos.append(n)
-    out.nlines = base + len(parts)
+    out.nlines = base + n_parts
     out.offset += len(data) - len(tail)
     out.open_tail = False
     t = tail.rstrip(b"\r")
@@ -306,14 +388,14 @@ def torn_tail(data: bytes, check: Callable[[Any], str | None]) -> bool:
         return True
 
 
-def warn_problems(path: Path, problems: list[tuple[int, str]]) -> None:
+def warn_problems(path: Path, problems: list[tuple[int, str]], stacklevel: int = 3) -> None:
     """Emit one warning per damaged line (at most MAX_WARNINGS_PER_FILE, then a summary)."""
     for n, why in problems[:MAX_WARNINGS_PER_FILE]:
         warnings.warn(f"{path}:{n}: {why}; line skipped (kept in the file; `aoe bank verify` lists it)",
-                      BankWarning, stacklevel=3)
+                      BankWarning, stacklevel=stacklevel)
     if len(problems) > MAX_WARNINGS_PER_FILE:
         warnings.warn(f"{path}: {len(problems) - MAX_WARNINGS_PER_FILE} more damaged lines skipped",
-                      BankWarning, stacklevel=3)
+                      BankWarning, stacklevel=stacklevel)
 
 
 @contextmanager
@@ -442,11 +524,20 @@ def _fsync_dir(d: Path) -> None:
 
 
 def rewrite(lines: Lines) -> Lines:
-    """Replace the file by `lines` atomically (compaction); call only while holding the lock."""
+    """Replace the file by `lines` atomically (compaction); call only while holding the lock.
+    `lines.linenos` (the old numbers of the lines kept, 0 for new ones at the end) must ascend."""
     lines.sig = atomic_write(lines.path, lines.content())
-    why = dict(lines.problems)
-    lines.problems = [(i + 1, why[n]) for i, n in enumerate(lines.linenos) if n in why]
-    lines.linenos = list(range(1, len(lines.raw) + 1))
+    linenos = lines.linenos
+    hi = len(linenos)
+    while hi and not linenos[hi - 1]:
+        hi -= 1
+    renum = []
+    for n, why in lines.problems:  # damaged lines stay in the file: each gets its new number
+        i = bisect.bisect_left(linenos, n, 0, hi)
+        if i < len(linenos) and linenos[i] == n:
+            renum.append((i + 1, why))
+    lines.problems = sorted(renum)
+    lines.linenos = array("q", range(1, len(lines.raw) + 1))
     lines.nlines = len(lines.raw)
     lines.offset = lines.sig[1]
     lines.open_tail = False

@@ -73,6 +73,7 @@ VECTOR_KNOWLEDGE = ("blockDim", "tileLen", "doubleBuffer", "impl")
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 KNOWLEDGE_MAX = (1 << 31) - 1  # CANN's tiling fields are int32/uint32: a larger value is damage
+MAX_PERF_US = 1e12  # a stored time (µs) above this, or not above 0, is an impossible claim: damage
 _INT_ONLY = {int}
 
 
@@ -271,38 +272,54 @@ def _int_list(op_type: str, name: str, v: object) -> list[int]:
 
 
 def _pack_vector(op_type: str, info: Mapping[str, Any]) -> bytes:
-    # hot path of every vector lookup and load: one cached struct per rank pattern, cached op-type and
-    # attrs bytes; anything unusual (or wrong) goes the precise way, which yields the same bytes
+    # hot path of every vector lookup: one cached struct per rank pattern, cached op-type and attrs
+    # bytes, one- and two-input keys gathered in one expression; anything unusual (or wrong) goes the
+    # precise way, which yields the same bytes
     try:
         if type(info) is dict and len(info) == 7:
-            name, shapes, attrs = info["op_type"], info["input_shapes"], info["attrs"]
-            lists = [*shapes, info["input_dtypes"], info["input_formats"], info["output_dtypes"],
-                     info["output_formats"]]
-            if type(name) is str and type(shapes) is list and type(attrs) is dict and all(
-                    type(x) is list for x in lists):
-                ranks = tuple(map(len, lists))
-                st = _STRUCTS.get(ranks)
-                if st is None:
-                    if len(_STRUCTS) > 4096:
-                        _STRUCTS.clear()
-                    st = _STRUCTS[ranks] = struct.Struct("<I" + "".join(f"I{r}q" for r in ranks))
-                args: list[Any] = [len(shapes)]
-                for x in lists:
-                    args.append(len(x))
-                    args += x
+            name, shapes, a, b, c, d, attrs = _VECTOR_GET(info)
+            if (type(name) is str and type(shapes) is list and type(attrs) is dict and type(a) is list
+                    and type(b) is list and type(c) is list and type(d) is list):
+                n = len(shapes)
+                if n == 1 and type(shapes[0]) is list:
+                    s0 = shapes[0]
+                    ranks: tuple[int, ...] = (len(s0), len(a), len(b), len(c), len(d))
+                    args: tuple[Any, ...] = (1, ranks[0], *s0, ranks[1], *a, ranks[2], *b, ranks[3], *c,
+                                             ranks[4], *d)
+                elif n == 2 and type(shapes[0]) is list and type(shapes[1]) is list:
+                    s0, s1 = shapes
+                    ranks = (len(s0), len(s1), len(a), len(b), len(c), len(d))
+                    args = (2, ranks[0], *s0, ranks[1], *s1, ranks[2], *a, ranks[3], *b, ranks[4], *c,
+                            ranks[5], *d)
+                else:
+                    lists = [*shapes, a, b, c, d]
+                    if not all(type(x) is list for x in lists):
+                        return _pack_vector_slow(op_type, info)
+                    ranks = tuple(map(len, lists))
+                    gathered: list[Any] = [n]
+                    for x in lists:
+                        gathered.append(len(x))
+                        gathered += x
+                    args = tuple(gathered)
                 if _INT_ONLY.issuperset(map(type, args)):
+                    st = _STRUCTS.get(ranks)
+                    if st is None:
+                        if len(_STRUCTS) > 4096:
+                            _STRUCTS.clear()
+                        st = _STRUCTS[ranks] = struct.Struct("<I" + "".join(f"I{r}q" for r in ranks))
                     head = _NAMES.get(name)
                     if head is None:
                         if len(_NAMES) > 4096:
                             _NAMES.clear()
                         head = _NAMES[name] = b"AOEV" + _str_bytes(name)
-                    return head + st.pack(*args) + _attrs_bytes(op_type, attrs)
+                    return head + st.pack(*args) + (_attrs_bytes(op_type, attrs) if attrs else _EMPTY_ATTRS)
     except (KeyError, TypeError, struct.error):
         pass
     return _pack_vector_slow(op_type, info)
 
 
 _STRUCTS: dict[tuple[int, ...], struct.Struct] = {}
+_VECTOR_GET = operator.itemgetter(*VECTOR_KEY)
 _NAMES: dict[str, bytes] = {}
 _ATTRS: dict[bytes, bytes] = {}
 

@@ -16,9 +16,11 @@ File: `<op bank dir>/unified_bank/<soc>_<core_num>_AiCore_<OpType>_runtime_kb.js
   record (O(1) in the file's size) and `compact` (or `aoe bank compact`; also done by a save once the
   superseded lines outnumber the live ones) rewrites the file with one line per case, the winner at
   the place of the case's first line, damaged lines kept — CANN's format.
-- Every record is validated on load: key fields in range, every knowledge field an integer in
-  [0, 2^31), `perf_us` / `default_perf_us` finite and in (0, 1e12] µs. Anything else is a damaged line
-  (skipped, reported by `aoe bank verify`), so an impossible claim such as 0 µs never wins.
+- Every record is validated before it is used: key fields in range, every knowledge field an integer
+  in [0, 2^31), `perf_us` / `default_perf_us` finite and in (0, 1e12] µs. Anything else is a damaged
+  line (skipped, reported by `aoe bank verify`), so an impossible claim such as 0 µs never wins. The
+  index is lazy (`opfile.py`): aoe's lines are filed by id on load and checked when their id is first
+  needed, so loading a million-record file costs a scan, not a million parses.
 """
 from __future__ import annotations
 
@@ -35,77 +37,18 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from ..errors import AoeError
 from . import jsonl
+from .opfile import RECORD_VERSION, Entry, OpFile, _perf, entry_of, shape_check
 from .paths import check_dir, check_name, core_num_for, ensure_dir, inside
-from .schema import BankKeyError, OpSchema, schema_for
+from .schema import MAX_PERF_US, BankKeyError, schema_for
 
 HashFn = Callable[[bytes], int]
 BUILTIN_ROOT = Path(__file__).resolve().parent / "builtin"
-RECORD_VERSION = 1
 _CONTAINERS = (dict, list)
 
 
 # The uint32 id of a packed key: CRC-32 as computed by zlib (the builtin itself: no Python frame
 # on the lookup hot path).
 default_hash: HashFn = zlib.crc32
-
-
-class Entry:
-    """One stored case: key, strategy and (if known) the performance it achieved.
-
-    A thin view of the stored record, built on the lookup hot path. `info_dict`, `knowledge` and
-    `aoe` are the bank cache's own objects: treat them as read-only (`knowledge_copy` gives yours).
-    """
-
-    __slots__ = ("op", "source", "_rec")
-
-    def __init__(self, op: str, source: str, rec: dict[str, Any]) -> None:
-        self.op, self.source, self._rec = op, source, rec  # source: "custom" | "builtin"
-
-    @property
-    def id(self) -> int:
-        """The record's uint32 id."""
-        return self._rec["id"]
-
-    @property
-    def version(self) -> int:
-        """The record's version field."""
-        return self._rec.get("version", RECORD_VERSION)
-
-    @property
-    def info_dict(self) -> dict[str, Any]:
-        """The key."""
-        return self._rec["info_dict"]
-
-    @property
-    def knowledge(self) -> dict[str, Any]:
-        """The strategy."""
-        return self._rec["knowledge"]
-
-    @property
-    def aoe(self) -> dict[str, Any]:
-        """aoe's own fields ({} for CANN's records)."""
-        return self._rec.get("aoe") or {}
-
-    @property
-    def perf_us(self) -> float | None:
-        """Time (µs) this strategy achieved when it was stored; None if unknown."""
-        return _perf(self.aoe.get("perf_us"))
-
-    @property
-    def default_perf_us(self) -> float | None:
-        """Time (µs) of the default strategy for this case when it was stored; None if unknown."""
-        return _perf(self.aoe.get("default_perf_us"))
-
-    def record(self) -> dict[str, Any]:
-        """A copy of the JSON record of this entry."""
-        return copy.deepcopy(self._rec)
-
-    def __eq__(self, other: object) -> bool:
-        return (isinstance(other, Entry) and (self.op, self.source, self._rec) ==
-                (other.op, other.source, other._rec))
-
-    def __repr__(self) -> str:
-        return f"Entry(op={self.op!r}, source={self.source!r}, record={self._rec!r})"
 
 
 @dataclass(frozen=True)
@@ -125,13 +68,6 @@ class Pending:
     def perf_us(self) -> float | None:
         """The performance the strategy achieved (µs), if known."""
         return _perf(self.aoe.get("perf_us"))
-
-
-MAX_PERF_US = 1e12
-
-
-def _perf(v: Any) -> float | None:
-    return float(v) if type(v) in (int, float) and 0 < v <= MAX_PERF_US else None
 
 
 def better(new_perf: float | None, old_perf: float | None) -> bool:
@@ -169,118 +105,6 @@ def make_pending(op_type: str, key: Mapping[str, Any], knowledge: Mapping[str, A
     return Pending(op_type, info, know, aoe_fields(perf_us, default_perf_us, extra), ov)
 
 
-def _check_record(op_type: str) -> Callable[[Any], str | None]:
-    # runs on every loaded line: the common (valid) case is a handful of type checks
-    def check(rec: Any) -> str | None:
-        if type(rec) is not dict:
-            return "not a JSON object"
-        i = rec.get("id")
-        if type(i) is not int or not 0 <= i <= 0xFFFFFFFF:
-            return "'id' is not a uint32"
-        if rec.get("op") != op_type:
-            return f"'op' is {rec.get('op')!r}, not {op_type!r} as the file name says"
-        if type(rec.get("info_dict")) is not dict or type(rec.get("knowledge")) is not dict:
-            return "'info_dict' or 'knowledge' is not an object"
-        a = rec.get("aoe", _NO_AOE)
-        if type(rec.get("version", 0)) is not int or type(a) is not dict:
-            return "'version' is not an integer or 'aoe' is not an object"
-        if a:
-            for name in ("perf_us", "default_perf_us"):
-                v = a.get(name)
-                if v is not None and not (type(v) in _NUM and 0 < v <= MAX_PERF_US):
-                    return f"'aoe.{name}' claims an impossible time {v!r} (must be in (0, {MAX_PERF_US:g}] µs)"
-        return None
-    return check
-
-
-_NO_AOE: dict[str, Any] = {}
-_NUM = (int, float)
-
-
-class OpFile:
-    """The index of one bank file: (id, packed key) -> line, with lazily built entries.
-
-    Indexing by the pair makes the hit rule literal: a lookup hits only a record whose id AND whole
-    packed key equal the query's, so a hash collision is never a hit and same-key duplicates resolve
-    to the last line. Records carrying "aoe" are indexed under their stored id (a wrong one can only
-    cause a miss, which `verify` reports); CANN's records under aoe's hash of their key.
-    """
-
-    def __init__(self, lines: jsonl.Lines, op_type: str, schema: OpSchema, hash_fn: HashFn,
-                 source: str) -> None:
-        self.lines, self.op_type, self.schema, self.hash_fn, self.source = (
-            lines, op_type, schema, hash_fn, source)
-        self.index: dict[tuple[int, bytes], int] = {}
-        self.first: dict[tuple[int, bytes], int] = {}  # where each case first appears (compaction order)
-        self.dups = 0  # superseded lines awaiting compaction
-        self.unfit: list[tuple[int, str]] = []  # valid JSON records whose key/knowledge is off-schema
-        self.extend(0)
-
-    def extend(self, start: int) -> None:
-        """Index the lines from `start` on (new lines appended to the file)."""
-        n_unfit = len(self.unfit)
-        recs, op, index, first = self.lines.recs, self.op_type, self.index, self.first
-        pack, problem, hash_fn = self.schema.pack, self.schema.record_problem, self.hash_fn
-        dups = 0
-        with jsonl.gc_paused():  # (one loop, locals only: this runs once per loaded line)
-            for i in range(start, len(recs)):
-                rec = recs[i]
-                if rec is None:
-                    continue
-                info = rec["info_dict"]
-                try:
-                    packed = pack(op, info)
-                    why = problem(info, rec["knowledge"])
-                except BankKeyError as exc:
-                    why = str(exc)
-                if why is not None:
-                    self.unfit.append((self.lines.linenos[i], f"does not fit the schema: {why}"))
-                    continue
-                k = (rec["id"] if "aoe" in rec else hash_fn(packed), packed)
-                if index.get(k) is None:
-                    first[k] = i
-                else:
-                    dups += 1
-                index[k] = i
-        self.dups += dups
-        if len(self.unfit) > n_unfit:
-            jsonl.warn_problems(self.lines.path, self.unfit[n_unfit:])
-
-    def entry(self, i: int) -> Entry:
-        """The entry of (indexed) line `i`."""
-        return Entry(self.op_type, self.source, self.lines.recs[i])
-
-    def find(self, packed: bytes, h: int) -> int | None:
-        """Line index of the case with this packed key and id, or None."""
-        return self.index.get((h, packed))
-
-    def entries(self) -> Iterator[Entry]:
-        """Every usable entry (for same-key duplicates only the last), in order of first appearance."""
-        for k in sorted(self.first, key=self.first.__getitem__):
-            yield self.entry(self.index[k])
-
-    def canonical(self) -> jsonl.Lines:
-        """The compacted file: one line per case (the winner at the case's first place), damaged lines kept."""
-        out = jsonl.Lines(self.lines.path)
-        firsts = {i: k for k, i in self.first.items()}
-        unfit = {n for n, _ in self.unfit}
-        linenos = self.lines.linenos
-        for i, (raw, rec) in enumerate(zip(self.lines.raw, self.lines.recs)):
-            if i in firsts:
-                w = self.index[firsts[i]]
-                raw, rec = self.lines.raw[w], self.lines.recs[w]
-            elif rec is not None and linenos[i] not in unfit:
-                continue  # a superseded duplicate (or a winner that moves to its case's first place)
-            out.raw.append(raw)  # damaged or off-schema lines are kept verbatim
-            out.recs.append(rec)
-            out.linenos.append(linenos[i])
-        why = dict(self.lines.problems)
-        why.update(self.unfit)
-        out.problems = [(n, why[n]) for n in out.linenos if n in why]
-        out.sig = self.lines.sig
-        return out
-
-
 _FILE_RE = re.compile(r"(?P<soc>[A-Za-z][A-Za-z0-9_]*)_(?P<core>[0-9]+)_AiCore_(?P<op>[A-Za-z][A-Za-z0-9_]*)_runtime_kb\.json")
 
 
@@ -314,7 +138,7 @@ class OpBank:
         return path
 
     def _load(self, op_type: str, path: Path) -> OpFile:
-        lines = jsonl.read_lines(path, _check_record(op_type))
+        lines = jsonl.read_lines(path, shape_check(op_type), lazy=True)
         return OpFile(lines, op_type, schema_for(op_type), self.hash_fn, self.source)
 
     def _catch_up(self, op_type: str, path: Path, f: OpFile | None, writing: bool = False) -> OpFile:
@@ -323,7 +147,7 @@ class OpBank:
             if f is None:
                 f = self._load(op_type, path)
             else:
-                lines, first = jsonl.refresh(f.lines, _check_record(op_type))
+                lines, first = jsonl.refresh(f.lines, shape_check(op_type), lazy=True)
                 if lines is f.lines:
                     f.extend(first)
                 else:
@@ -390,8 +214,24 @@ class OpBank:
             packed = schema.pack(op_type, key)
         except BankKeyError:  # friendly input (names, defaults): canonicalise, then pack
             packed = schema.pack(op_type, schema.canonical_key(op_type, key))
-        i = f.index.get((self.hash_fn(packed), packed))
-        return None if i is None else Entry(op_type, f.source, f.lines.recs[i])
+        h = self.hash_fn(packed)
+        v = f.hits.get(h)  # (the body of f.get(h, packed), inline: this is the hot path)
+        if v is None:
+            if h not in f.pending:
+                return None
+            with self._mutex:  # the first question about this id: parse and check its lines
+                f.resolve(h)
+            return f.get(h, packed)
+        if type(v) is tuple:
+            return entry_of(op_type, f.source, v) if v[0] == packed else None
+        return f.get(h, packed)
+
+    def checked(self, op_type: str) -> OpFile:
+        """The index of `op_type`'s file with every line parsed and checked (`aoe bank verify`)."""
+        f = self.file(op_type)
+        with self._mutex:
+            f.resolve_all()
+        return f
 
     def _writable(self, op_type: str) -> Path:
         if self.readonly:
@@ -429,15 +269,14 @@ class OpBank:
                     packed = schema.pack(op_type, it.info_dict)
                     h = self.hash_fn(packed)
                     j = placed.get((h, packed))
-                    i = f.find(packed, h)
+                    e = f.find(packed, h)
                     if j is not None:
                         old = _perf(new[j]["aoe"].get("perf_us"))
-                    elif i is not None:
-                        e = f.entry(i)
+                    elif e is not None:
                         old = e.perf_us
                         if it.over is not None and e.knowledge == it.over[0]:
                             old = it.over[1]  # the tuner re-priced the stored strategy: trust that
-                    if (j is not None or i is not None) and not better(it.perf_us, old):
+                    if (j is not None or e is not None) and not better(it.perf_us, old):
                         outcomes[n] = "kept"
                         continue
                     rec = {"id": h, "op": op_type, "version": RECORD_VERSION, "info_dict": it.info_dict,
@@ -447,27 +286,32 @@ class OpBank:
                     else:
                         placed[(h, packed)] = len(new)
                         new.append(rec)
-                    outcomes[n] = "added" if i is None and j is None else "replaced"
+                    outcomes[n] = "added" if e is None and j is None else "replaced"
                 if new:
                     start = len(f.lines.raw)
                     jsonl.append(f.lines, [jsonl.dumps(r) for r in new])
                     f.lines.recs[start:] = new
                     f.extend(start)
-                    if f.dups > max(len(f.index), 1024):
-                        f = self._compact_locked(op_type, path, f)
+                    if f.dups_bound() > max(f.cases(), 1024):
+                        f.settle()  # resolves the ids with several lines: the count is exact
+                        if f.dups > max(f.cases(), 1024):
+                            f = self._compact_locked(op_type, path, f)
                     self._remember(op_type, path, f)
         return outcomes
 
     def _compact_locked(self, op_type: str, path: Path, f: OpFile) -> OpFile:
         jsonl.remove_stale_temps(path)
-        lines = jsonl.rewrite(f.canonical())
-        g = OpFile(lines, op_type, f.schema, self.hash_fn, self.source)
+        g = f.compacted()
+        jsonl.rewrite(g.lines)
         self._remember(op_type, path, g)
         return g
 
     def duplicates(self, op_type: str) -> int:
         """Superseded lines of `op_type`'s file awaiting compaction."""
-        return self.file(op_type).dups
+        f = self.file(op_type)
+        with self._mutex:
+            f.settle()
+        return f.dups
 
     def compact(self, op_type: str | None = None) -> dict[str, int]:
         """Rewrite files with one line per case (CANN's format); {op type: lines removed}."""
@@ -476,6 +320,7 @@ class OpBank:
             path = self._writable(op)
             with self._mutex, jsonl.locked(path):
                 f = self._under_lock(op, path)
+                f.settle()
                 if f.dups or f.lines.open_tail or (f.lines.sig and f.lines.sig[1] > f.lines.offset):
                     before = len(f.lines.raw)
                     out[op] = before - len(self._compact_locked(op, path, f).lines.raw)
@@ -499,7 +344,10 @@ class OpBank:
     def entries(self, op_type: str | None = None) -> Iterator[Entry]:
         """Every usable entry of one operator type, or of all."""
         for op in [op_type] if op_type else self.op_types():
-            yield from self.file(op).entries()
+            f = self.file(op)
+            with self._mutex:
+                found = f.winners()
+            yield from found
 
 
 def _close_all(fds: set[int]) -> None:
