@@ -5,7 +5,8 @@ import sys
 
 import pytest
 
-from aoe.bank import OpBank, SubgraphBank, make_pending, make_subgraph_pending
+from aoe.bank import OpBank, SubgraphBank, make_pending
+from aoe.bank.subgraph import make_subgraph_pending
 from aoe.cli import main
 from conftest import mm_key, mm_know
 

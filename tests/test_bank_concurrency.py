@@ -20,7 +20,8 @@ AOE_PARENT = str(Path(aoe.__file__).resolve().parent.parent)
 
 PRELUDE = """
 import json, sys, warnings
-from aoe.bank import OpBank, SubgraphBank, BankWarning, make_pending, make_subgraph_pending
+from aoe.bank import OpBank, SubgraphBank, BankWarning, make_pending
+from aoe.bank.subgraph import make_subgraph_pending
 from aoe.bank.schema import MATMUL_KNOWLEDGE
 def key(m):
     return {"m": m, "k": 64, "n": 64, "a_dtype": 1, "b_dtype": 1, "out_dtype": 1,

@@ -3,7 +3,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aoe.bank import BankChain, OpBank, decide, make_pending, repeat_tune, should_tune
+from aoe.bank import BankChain, OpBank, decide, make_pending
+from aoe.bank.decision import repeat_tune, should_tune
 from aoe.tuning import Counters, Outcome
 from aoe.errors import AoeError
 

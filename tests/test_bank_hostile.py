@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 
-from aoe.bank import BankWarning, OpBank, SubgraphBank, make_pending
+from aoe.bank import BankWarning, OpBank, make_pending
 from aoe.bank.schema import MATMUL_KNOWLEDGE
 from aoe.cli import main
 from aoe.errors import AoeError

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aoe.bank import (BankChain, BankWarning, BuiltinBank, OpBank, SubgraphBank, make_pending, make_subgraph_pending,
-                      query)
+from aoe.bank import BankChain, BankWarning, BuiltinBank, OpBank, SubgraphBank, make_pending, query
+from aoe.bank.subgraph import make_subgraph_pending
 from aoe.bank.schema import BankKeyError, schema_for
 from aoe.codes import DTYPES, FORMATS, dtype_code, dtype_name, format_code, format_name
 from aoe.bank.query import clear_cache

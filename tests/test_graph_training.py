@@ -2,7 +2,6 @@
 import itertools
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 

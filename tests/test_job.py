@@ -18,7 +18,7 @@ from aoe.job import config as cfg
 from aoe.job.lock import DeviceBusy, DeviceLock
 from aoe.job.progress import Progress
 from aoe.job.result import ResultFile, atomic_write_json
-from aoe.job.schema import RESULT_FILE_NAME, REPORT_KEY, semantic_errors, validate
+from aoe.job.schema import RESULT_FILE_NAME, REPORT_KEY, validate
 from aoe.tuning import Events
 from conftest import tiny_onnx
 

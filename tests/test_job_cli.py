@@ -5,14 +5,12 @@ The `job_env` fixture (conftest.py) is a clean environment: bank, locks and HOME
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import pytest
 
 from aoe.job.schema import validate
 

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Iterator, Protocol
 
-from .decision import decide, repeat_tune, should_tune
+from .decision import decide
 from .jsonl import BankWarning
 from .paths import resolve_op_bank_dir, resolve_subgraph_bank_dir
 from .query import query
-from .store import BankChain, BuiltinBank, Entry, OpBank, make_pending
-from .subgraph import SubgraphBank, SubgraphEntry, make_subgraph_pending
+from .store import BankChain, BuiltinBank, OpBank, make_pending
+from .subgraph import SubgraphBank
 
 
 class Bank(Protocol):
@@ -48,6 +48,7 @@ class WritableBank(Bank, Protocol):
         """Every usable entry."""
 
 
-__all__ = ["Bank", "WritableBank", "OpBank", "BuiltinBank", "BankChain", "SubgraphBank", "Entry", "SubgraphEntry",
-           "make_pending", "make_subgraph_pending", "decide", "should_tune", "repeat_tune", "query", "resolve_op_bank_dir",
-           "resolve_subgraph_bank_dir", "BankWarning"]
+# the face: what a compiler pipeline or a bank tool needs; the tuners' helpers (`decision.should_tune`,
+# `decision.repeat_tune`, `subgraph.make_subgraph_pending`) and the entry types are imported from their modules
+__all__ = ["Bank", "WritableBank", "OpBank", "BuiltinBank", "BankChain", "SubgraphBank", "make_pending", "decide",
+           "query", "resolve_op_bank_dir", "resolve_subgraph_bank_dir", "BankWarning"]

@@ -22,7 +22,8 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from ..bank import BankChain, BuiltinBank, OpBank, should_tune
+from ..bank import BankChain, BuiltinBank, OpBank
+from ..bank.decision import should_tune
 from ..errors import AoeError
 from ..ops import Unsupported, describe
 from ..opat.graph_tune import tune_job

@@ -9,7 +9,7 @@ that into `aoe: error: ...` and exit code 2.
 | `ASCEND_DEVICE_ID` | integer in [0, N-1], default 0 | N = `AOE_DEVICE_COUNT` (simulated devices, default 8, 1-1024) |
 | `TE_PARALLEL_COMPILER` | integer 1-32, default 8 | simulator threads; capped at max(1, cores*80%/N) when tuning |
 | `TUNING_PARALLEL_NUM` | integer 1-64, default 8 (config file) | worker processes; capped at the CPU count at run time |
-| `REPEAT_TUNE` | True / False, default False | `aoe.bank.repeat_tune` |
+| `REPEAT_TUNE` | True / False, default False | `aoe.bank.decision.repeat_tune` |
 | `ASCEND_WORK_PATH` | result files | `--work_path` > `ASCEND_WORK_PATH` > `work_path` in aoe.ini > cwd |
 | `TUNE_BANK_PATH`, `ASCEND_CACHE_PATH` | bank locations | `aoe.bank.resolve_*_bank_dir` |
 | `AOE_SEARCH_BUDGET` | positive integer | strategy evaluations per operator case (default 100000); for tests |

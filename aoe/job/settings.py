@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ..bank import repeat_tune as env_repeat_tune
+from ..bank.decision import repeat_tune as env_repeat_tune
 from ..ops import HIGH_PERFORMANCE, IMPL_MODES
 from ..bank import resolve_op_bank_dir, resolve_subgraph_bank_dir
 from ..bank.paths import check_name

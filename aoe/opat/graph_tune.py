@@ -19,7 +19,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..bank import BankChain, BuiltinBank, OpBank, decide, make_pending, should_tune
+from ..bank import BankChain, BuiltinBank, OpBank, decide, make_pending
+from ..bank.decision import should_tune
 from ..errors import AoeError
 from ..graph import Graph
 from ..ops import HIGH_PERFORMANCE, IMPL_MODES, OpCase, Unsupported, describe
