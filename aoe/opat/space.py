@@ -22,6 +22,7 @@ from ..sim import Conv2D, MatMul, SimOp, VectorOp, default_strategy, simulate_ti
 from ..sim.heuristics import CONV_FIELDS, MM_FIELDS, VEC_FIELDS
 from ..sim.ops import DTYPE_BYTES
 from ..soc import Soc
+from .bounds import conv_bound, matmul_bound
 
 _F = {name: i for i, name in enumerate(MM_FIELDS)}
 _C = {name: i for i, name in enumerate(CONV_FIELDS)}
@@ -288,7 +289,7 @@ def matmul_space(soc: Soc, op: MatMul) -> FactoredSpace:
     outer = np.concatenate(rows) if rows else np.zeros((0, len(MM_FIELDS)), np.int64)
     outer = _mm_default_inner(soc, op, outer)
     expand = _MmExpander(soc, op)
-    return FactoredSpace(list(MM_FIELDS), outer, expand, _mm_lower_bound(soc, op, outer), expand.count,
+    return FactoredSpace(list(MM_FIELDS), outer, expand, matmul_bound(soc, op, outer, _F), expand.count,
                          expand_many=expand.many, expand_impl=expand.only)
 
 
@@ -325,7 +326,7 @@ def _mm_default_inner(soc: Soc, op: MatMul, outer: np.ndarray) -> np.ndarray:
     # the whole K panel in L1 when it fits double-buffered (no re-reads): a block whose K does not
     # divide into 256-element chunks is judged by its real potential, not by a ragged staging
     whole = (2 * k_iter * (bm + bn) * bk * ea + (r[:, _F["baseN"]] * 4 if op.bias else 0)) <= soc.l1
-    step = np.where(whole & (k_iter <= 16), k_iter, step)
+    step = np.where(whole, k_iter, step)
     l1_db = (2 * step * (bm + bn) * bk * ea + (r[:, _F["baseN"]] * 4 if op.bias else 0)) <= soc.l1
     r[:, _F["stepKa"]] = r[:, _F["stepKb"]] = step
     r[:, _F["stepM"]] = r[:, _F["stepN"]] = 1
@@ -506,21 +507,6 @@ class _MmExpander:
         return np.concatenate(variants), np.concatenate(vgids)
 
 
-def _mm_lower_bound(soc: Soc, op: MatMul, outer: np.ndarray) -> np.ndarray:
-    """Cube time of the busiest core (padding and waves included) + launch: no staging can beat it."""
-    ea = DTYPE_BYTES[op.dtype]
-    k0 = 32 // ea
-    batch = max(op.batch, op.batch_b or op.batch)
-    s_m = np.minimum(outer[:, _F["singleCoreM"]], op.m)
-    s_n = np.minimum(outer[:, _F["singleCoreN"]], op.n)
-    s_k = np.minimum(outer[:, _F["singleCoreK"]], op.k)
-    cube = (_cdiv(s_m, 16) * _cdiv(s_n, 16) * _cdiv(s_k, k0)).astype(np.float64)
-    tasks = batch * _cdiv(op.m, outer[:, _F["singleCoreM"]]) * _cdiv(op.n, outer[:, _F["singleCoreN"]]) \
-        * _cdiv(op.k, outer[:, _F["singleCoreK"]])
-    waves = _cdiv(tasks, outer[:, _F["usedCoreNum"]])
-    return soc.launch_us + waves * cube / soc.freq_mhz
-
-
 # --- conv ---------------------------------------------------------------------------------------
 
 def conv_space(soc: Soc, op: Conv2D) -> FactoredSpace:
@@ -576,18 +562,7 @@ def conv_space(soc: Soc, op: Conv2D) -> FactoredSpace:
     outer = rows[np.lexsort(rows.T[::-1])]  # lexicographic order (ties of the bound break the same way)
     # default inner: smallest L1 staging that is legal, full ping-pong
     outer = _conv_default_inner(soc, op, outer, filt, win, c0, k_al)
-    # Cube work of the busiest core (padding to 16 / C0 included): no staging can go below it
-    gd, bd, hd, nd = (outer[:, _C[f]] for f in ("groupDim", "batchDim", "hoDim", "nDim"))
-    if filt:
-        m = np.full(len(outer), _align(co_g, 16)) // 16
-        n_ = _cdiv(_cdiv(cin_g, c0), nd) * kh * kw * c0 / 16
-        k_ = _cdiv(n, bd) * _cdiv(ho, hd) * wo / c0
-    else:
-        m = _cdiv(_cdiv(n, bd) * _cdiv(out_h, hd) * out_w, 16)
-        n_ = _cdiv(_cdiv(out_c, nd) * 1, 16)
-        k_ = np.full(len(outer), k_al // c0)
-    cube = m * n_ * k_ * _cdiv(g, gd)
-    lb = soc.launch_us + cube.astype(np.float64) / soc.freq_mhz
+    lb = conv_bound(soc, op, outer, _C)  # no staging of an outer row can go below it
     expand = _ConvExpander(op, filt, win, c0, k_al)
     return FactoredSpace(list(CONV_FIELDS), outer, expand, lb, expand_many=expand.many)
 
