@@ -63,6 +63,19 @@ MM_INNER = _small_dims_template()
 _STEP_MAX = int(MM_INNER[:, 2:4].max())     # the largest M/N step of the template
 
 
+def _db_upgrades(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each template row, the row with L1 ping-pong of A on (and of B on), all else equal."""
+    index = {tuple(r): i for i, r in enumerate(t.tolist())}
+    up_a = np.array([index[(*r[:5], 1, r[6])] for r in t.tolist()], np.int64)
+    up_b = np.array([index[(*r[:6], 1)] for r in t.tolist()], np.int64)
+    return up_a, up_b
+
+
+# L1 ping-pong only ever hides loads (the model, as the hardware, never runs slower with it): a
+# staging without it is kept only where the same staging with it does not fit L1
+_UP_A, _UP_B = _db_upgrades(MM_INNER)
+
+
 def vector_space(soc: Soc, op: VectorOp) -> np.ndarray:
     """The vector tiling space: core counts, UB tile sizes, double buffering, implementations."""
     ea = DTYPE_BYTES[op.dtype]
@@ -418,6 +431,9 @@ class _MmExpander:
         ska, skb, step_m, step_n, da, db = (table[:, j] for j in (0, 1, 2, 3, 5, 6))
         l1 = (da * bm + db * bn) * bk * self.ea + (step_n * bn * 4 if self.op.bias else 0)
         ok = legal & (step_m <= m_iter) & (step_n <= n_iter) & (l1 <= self.soc.l1)
+        # dominated: the same staging with L1 ping-pong of A (or B) added fits too
+        t = MM_INNER
+        ok &= ~(((t[:, 5] == 0) & ok[_UP_A]) | ((t[:, 6] == 0) & ok[_UP_B]))
         if self.impl is not None:
             # `matmul_impl_class` of these rows: stepM * baseM >= min(singleCoreM, M) is stepM >= mIter, ...
             a_res = (step_m >= m_iter) & (ska >= k_iter)
