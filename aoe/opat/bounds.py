@@ -139,3 +139,51 @@ def conv_bound(soc: Soc, op: Conv2D, outer: np.ndarray, fields: dict[str, int]) 
     tasks = g * _cdiv(prob["M"], s_m) * _cdiv(prob["N"], s_n) * _cdiv(prob["K"], s_k)
     uc = np.minimum(bd * hd * nd * gd, tasks)
     return cube_bound(soc, prob, uc, s_m, s_n, s_k, b_m, b_n, b_k)
+
+
+def conv_l1_bytes(op: Conv2D, key: tuple[int, ...], stagings: np.ndarray) -> np.ndarray:
+    """L1 bytes of conv stagings as the simulator counts them (its capacity check), for one class.
+
+    `key`: hoL0, rows per core, kL0, nDim, woL0, nL0 (and the row width woL1 = the output width);
+    `stagings`: hoL1, kAL1, kBL1, L1 ping-pong of A, of B. The feature-map operand occupies its patch
+    (the rows and columns its output pixels read, with the halo), scaled as the simulator scales it.
+    """
+    _, c, h, w = op.x
+    cout, _, kh, kw = op.weight
+    ea = DTYPE_BYTES[op.dtype]
+    c0 = 32 // ea
+    g = op.groups
+    cin_g, co_g = c // g, cout // g
+    ho, wo = op.out_hw
+    sh, sw = op.strides
+    khw = kh * kw
+    ekh, ekw = op.dilations[0] * (kh - 1) + 1, op.dilations[1] * (kw - 1) + 1
+    ho_l0, _, k_l0, _, wo_l0, n_l0 = key
+    ho_l1, ka, kb, db_a, db_b = (stagings[:, j] for j in range(5))
+    pix_l0 = ho_l0 * wo_l0
+    if op.op_type.endswith("BackpropFilter"):
+        pix_steps = (ho_l1 // ho_l0) * (wo // wo_l0)
+        step_n = _cdiv(kb, n_l0)
+        rows = np.minimum((ho_l1 - 1) * sh + ekh, h).astype(np.float64)
+        cols = float(min((wo - 1) * sw + ekw, w))
+        patch = rows * cols * np.minimum(kb // khw, _al(cin_g, c0)) * ea
+        scale = patch / (_al(ho_l1 * wo, c0) * kb * ea)
+        bk = _al(pix_l0, c0)
+        a = ((ka // k_l0) * pix_steps * (1 + db_a) * k_l0 * bk * ea).astype(np.float64)
+        b = (step_n * pix_steps * (1 + db_b) * n_l0 * bk * ea).astype(np.float64) * scale
+        return a + b + (step_n * n_l0 * 4 if op.bias else 0)
+    dx = op.op_type.endswith("BackpropInput")
+    out_w = w if dx else wo
+    in_c, in_h, in_w = (co_g, ho, wo) if dx else (cin_g, h, w)
+    step_h, step_w = (1, 1) if dx else (sh, sw)
+    rows = ((ho_l1 - 1) * step_h + ekh).astype(np.float64)
+    cols = float((out_w - 1) * step_w + ekw)
+    if dx:
+        rows, cols = np.ceil(rows / sh), float(-(-cols // sw))
+    rows, cols = np.minimum(rows, in_h), min(cols, float(in_w))
+    patch = rows * cols * np.minimum(ka // khw, _al(in_c, c0)) * ea
+    scale = patch / (_al(ho_l1 * out_w, 16) * ka * ea)
+    step_m = (ho_l1 // ho_l0) * (out_w // wo_l0)
+    a = (step_m * (ka // k_l0) * (1 + db_a) * _al(pix_l0, 16) * k_l0 * ea).astype(np.float64) * scale
+    b = ((kb // k_l0) * (1 + db_b) * n_l0 * k_l0 * ea).astype(np.float64)
+    return a + b + (n_l0 * 4 if op.bias else 0)

@@ -22,7 +22,7 @@ from ..sim import Conv2D, MatMul, SimOp, VectorOp, default_strategy, simulate_ti
 from ..sim.heuristics import CONV_FIELDS, MM_FIELDS, VEC_FIELDS
 from ..sim.ops import DTYPE_BYTES
 from ..soc import Soc
-from .bounds import conv_bound, matmul_bound
+from .bounds import conv_bound, conv_l1_bytes, matmul_bound
 
 _F = {name: i for i, name in enumerate(MM_FIELDS)}
 _C = {name: i for i, name in enumerate(CONV_FIELDS)}
@@ -545,28 +545,52 @@ def conv_space(soc: Soc, op: Conv2D) -> FactoredSpace:
     n_units = _cdiv(cin_g, c0) if filt else _cdiv(out_c, 16)
     splits = _conv_splits(soc.cube_cores, g, n, out_h, n_units)
     gd, bd, hd, nd = splits.T
-    # L0 pixel blocks: up to four widths dividing the output row, about 64/128/256 pixels each
+    # L0 pixel blocks: up to four widths dividing the output row, with rows for about 64 to 1024
+    # pixels, and the core's rows whole or cut evenly in 2-4 (no ragged last block)
     wo_l0s = np.array(sorted((d for d in range(1, min(out_w, 256) + 1) if out_w % d == 0), reverse=True)[:4],
                       np.int64)
     ho_core = _cdiv(out_h, hd)
-    s_i, w_i, m0 = np.meshgrid(np.arange(len(splits)), np.arange(len(wo_l0s)), np.array([64, 128, 256]),
+    s_i, w_i, m0 = np.meshgrid(np.arange(len(splits)), np.arange(len(wo_l0s)), np.array([64, 128, 256, 512, 1024]),
                                indexing="ij")
     s_i, wo_l0, m0 = s_i.ravel(), wo_l0s[w_i.ravel()], m0.ravel()
     ho_l0 = np.maximum(1, np.minimum(ho_core[s_i], m0 // wo_l0))
-    keep = ho_l0 * wo_l0 <= 512
-    # distinct (split, hoL0, woL0): several m0 collapse onto the same block when hoL0 is clipped
+    s_e, w_e, j_e = np.meshgrid(np.arange(len(splits)), np.arange(len(wo_l0s)), np.arange(1, 5), indexing="ij")
+    s_i = np.concatenate([s_i, s_e.ravel()])
+    wo_l0 = np.concatenate([wo_l0, wo_l0s[w_e.ravel()]])
+    ho_l0 = np.concatenate([ho_l0, _cdiv(ho_core[s_e.ravel()], j_e.ravel())])
+    # the L0 buffers (ping-pong on, as every staging of the space has it) bound the pixels of a block
+    if filt:  # dW: the pixels are the K of both L0 operands (16 rows of each at least)
+        pix_al = _cdiv(ho_l0 * wo_l0, c0) * c0
+        keep = pix_al * 16 * ea * 2 <= min(soc.l0a, soc.l0b)
+    else:     # the M of L0A (K at least C0) and of L0C (16 channels at least, fp32)
+        pix_al = _cdiv(ho_l0 * wo_l0, 16) * 16
+        keep = (pix_al * c0 * ea * 2 <= soc.l0a) & (pix_al * 16 * 4 * 2 <= soc.l0c)
+    # distinct (split, hoL0, woL0): several targets collapse onto the same block when hoL0 is clipped
     key = np.unique((s_i[keep] * 4096 + ho_l0[keep]) * 4096 + wo_l0[keep])
     s_i, ho_l0, wo_l0 = key // (4096 * 4096), key // 4096 % 4096, key % 4096
+    # kL0 / nL0: powers of two and the whole per-core extent or an even split of it (`_block_sizes`)
     if filt:
-        k_l0s = np.array([v for v in (16, 32, 64, 128) if v <= _align(co_g, 16)], np.int64)
-        n_l0s = np.array([16, 32, 64, 128], np.int64)
+        k_l0s = np.array(_block_sizes(_align(co_g, 16), 128, 16), np.int64)
         n_cap = -(-_cdiv(_align(cin_g, c0) * kh * kw, nd[s_i]) // 16) * 16
+        n_max = 128
     else:
         k_l0s = np.array([v for v in _pow2(8 * c0, c0) if v <= k_al], np.int64)
-        n_l0s = np.array([16, 32, 64, 128, 256], np.int64)
         n_cap = -(-_cdiv(out_c, nd[s_i]) // 16) * 16
-    ok = np.broadcast_to((n_l0s[None, None, :] <= n_cap[:, None, None]), (len(s_i), len(k_l0s), len(n_l0s)))
-    bi, ki, ni = np.nonzero(ok)
+        n_max = 256
+    parts = []
+    for cap in np.unique(n_cap).tolist():
+        n_l0s = np.array(_block_sizes(cap, n_max, 16), np.int64)
+        bi, ki, ni = np.nonzero(np.broadcast_to(n_cap[:, None, None] == cap, (len(s_i), len(k_l0s), len(n_l0s))))
+        parts.append(np.stack([bi, k_l0s[ki], n_l0s[ni]], axis=1))
+    bi, kl, nl = np.concatenate(parts).T if parts else (np.zeros(0, np.int64),) * 3
+    pix = ho_l0[bi] * wo_l0[bi]
+    if filt:  # dW: M = Cout (kL0), N = channels x window (nL0), K = pixels
+        pk = _cdiv(pix, c0) * c0
+        fit = (kl * pk * ea * 2 <= soc.l0a) & (nl * pk * ea * 2 <= soc.l0b) & (kl * nl * 4 * 2 <= soc.l0c)
+    else:     # M = pixels, N = output channels (nL0), K = kL0
+        pm = _cdiv(pix, 16) * 16
+        fit = (pm * kl * ea * 2 <= soc.l0a) & (nl * kl * ea * 2 <= soc.l0b) & (pm * nl * 4 * 2 <= soc.l0c)
+    bi, kl, nl = bi[fit], kl[fit], nl[fit]
     si = s_i[bi]
     rows = np.zeros((len(bi), len(CONV_FIELDS)), np.int64)
     rows[:, _C["batchDim"]], rows[:, _C["hoDim"]], rows[:, _C["nDim"]], rows[:, _C["groupDim"]] = \
@@ -574,12 +598,12 @@ def conv_space(soc: Soc, op: Conv2D) -> FactoredSpace:
     rows[:, _C["hoL1"]] = rows[:, _C["hoL0"]] = ho_l0[bi]
     rows[:, _C["woL1"]] = out_w
     rows[:, _C["woL0"]] = wo_l0[bi]
-    rows[:, _C["kL0"]], rows[:, _C["nL0"]] = k_l0s[ki], n_l0s[ni]
+    rows[:, _C["kL0"]], rows[:, _C["nL0"]] = kl, nl
     outer = rows[np.lexsort(rows.T[::-1])]  # lexicographic order (ties of the bound break the same way)
     # default inner: smallest L1 staging that is legal, full ping-pong
     outer = _conv_default_inner(soc, op, outer, filt, win, c0, k_al)
     lb = conv_bound(soc, op, outer, _C)  # no staging of an outer row can go below it
-    expand = _ConvExpander(op, filt, win, c0, k_al)
+    expand = _ConvExpander(soc, op, filt, win, c0, k_al)
     return FactoredSpace(list(CONV_FIELDS), outer, expand, lb, expand_many=expand.many)
 
 
@@ -657,12 +681,21 @@ _CONV_STAGING = [_C[f] for f in ("hoL1", "kAL1", "kBL1", "pBufferFlag", "iterate
 class _ConvExpander:
     """Every L1 staging of conv outer rows (hoL1 multiples, K chunks in whole windows, L1 ping-pong, order).
 
-    The legal stagings of an outer row depend only on its L0 rows, its rows per core, its K block
-    and (dW) its channel split: each class's stagings are derived once and reused, in the order
-    hoL1 multiple, kAL1, kBL1, then ping-pong (L0 always, L1 A/B enumerated) and iterate order.
+    The legal stagings of an outer row depend only on its L0 block, its rows per core and (dW) its
+    channel split: each class's stagings are derived once and reused, in the order hoL1, kAL1,
+    kBL1, then ping-pong (L0 always) and iterate order. The values, and why:
+
+    - hoL1: 1, 2, 4, 8 and 16 L0 blocks of rows, and all the rows of the core (its whole share in L1);
+    - K chunks in whole kernel windows: 1, 2, 4, 8 windows of C0 channels and the whole K panel (the
+      channel count need not be a power of two); A's and B's chunks separately, one dividing the
+      other as the kernel requires (B's weights and A's feature map are re-read at different rates);
+      dW: Cout chunks of 1, 2, 4 L0 blocks or all of Cout, channel chunks of 1, 2, 4 windows or all;
+    - L1 ping-pong of A and of B: a staging without it is kept only where the same staging with it
+      does not fit L1 (the model never runs slower with ping-pong: a dominance prune, exact).
     """
 
-    def __init__(self, op: Conv2D, filt: bool, win: int, c0: int, k_al: int) -> None:
+    def __init__(self, soc: Soc, op: Conv2D, filt: bool, win: int, c0: int, k_al: int) -> None:
+        self.op, self.l1 = op, soc.l1
         self.filt, self.win, self.k_al = filt, win, k_al
         _, c, h, _ = op.x
         self.c1_total = _cdiv(c // op.groups, c0)
@@ -674,18 +707,31 @@ class _ConvExpander:
         """The legal stagings of one class (rows of `_CONV_STAGING` values, in the expansion's order)."""
         got = self._classes.get(key)
         if got is None:
-            ho_l0, ho_core, k_l0, n_dim = key
-            hm = [m for m in (1, 2, 4, 8) if ho_l0 * m <= max(ho_core, ho_l0)]
+            ho_l0, ho_core, k_l0, n_dim = key[:4]
+            rows_core = max(ho_core, ho_l0)
+            hm = sorted({m for m in (1, 2, 4, 8, 16) if ho_l0 * m <= rows_core} | {rows_core // ho_l0})
             if self.filt:
-                ka = [k_l0 * m for m in (1, 2, 4) if k_l0 * m <= _align(self.co_g, 16)]
-                kb: list[int | None] = [self.win * m for m in (1, 2, 4) if m <= _cdiv(self.c1_total, n_dim)]
+                co = _align(self.co_g, 16)
+                ka = sorted({k_l0 * m for m in (1, 2, 4) if k_l0 * m <= co} | ({co} if co % k_l0 == 0 else set()))
+                c1 = _cdiv(self.c1_total, n_dim)
+                kb = sorted({self.win * m for m in (1, 2, 4) if m <= c1} | {self.win * c1})
+                pairs = [(a, b) for a in ka for b in kb]
             else:
-                ka = [self.win * m for m in (1, 2, 4, 8)
-                      if self.win * m <= _cdiv(self.k_al, self.win) * self.win and (self.win * m) % k_l0 == 0]
-                kb = [None]     # kBL1 = kAL1
-            rows = [(ho_l0 * m, a, a if b is None else b, pb, order)
-                    for m in hm for a in ka for b in kb for pb in (28, 29, 30, 31) for order in (0, 1)]
-            got = self._classes[key] = np.array(rows, np.int64).reshape(-1, len(_CONV_STAGING))
+                whole = _cdiv(self.k_al, self.win) * self.win
+                ks = sorted({self.win * m for m in (1, 2, 4, 8) if self.win * m <= whole} | {whole})
+                ks = [k for k in ks if k % k_l0 == 0]
+                pairs = [(a, b) for a in ks for b in ks if a % b == 0 or b % a == 0]
+            rows = np.array([(ho_l0 * m, a, b, da, dbb) for m in hm for a, b in pairs
+                             for da in (0, 1) for dbb in (0, 1)], np.int64).reshape(-1, 5)
+            fits = conv_l1_bytes(self.op, key, rows) <= self.l1
+            # rows come in blocks of four (A, B ping-pong 00, 01, 10, 11): drop the dominated ones
+            f4 = fits.reshape(-1, 4)
+            keep = f4 & ~np.stack([f4[:, 1] | f4[:, 2], f4[:, 3], f4[:, 3], np.zeros(len(f4), bool)], axis=1)
+            rows = rows[keep.ravel()]
+            pb = 28 + rows[:, 3] + 2 * rows[:, 4]
+            st = np.repeat(np.column_stack([rows[:, :3], pb]), 2, axis=0)
+            got = np.column_stack([st, np.tile([0, 1], len(rows))]).astype(np.int64)
+            got = self._classes[key] = got.reshape(-1, len(_CONV_STAGING))
         return got
 
     def __call__(self, outer: np.ndarray) -> np.ndarray:
@@ -704,7 +750,8 @@ class _ConvExpander:
         if not len(outer):
             return outer.reshape(-1, len(CONV_FIELDS)), []
         keys = np.stack([outer[:, _C["hoL0"]], _cdiv(self.out_h, outer[:, _C["hoDim"]]), outer[:, _C["kL0"]],
-                         outer[:, _C["nDim"]] if self.filt else np.zeros(len(outer), np.int64)], axis=1)
+                         outer[:, _C["nDim"]] if self.filt else np.zeros(len(outer), np.int64),
+                         outer[:, _C["woL0"]], outer[:, _C["nL0"]]], axis=1)
         stagings = [self._stagings(tuple(k)) for k in keys.tolist()]
         counts = [len(st) for st in stagings]
         out = np.repeat(outer, counts, axis=0)
