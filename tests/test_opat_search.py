@@ -6,8 +6,8 @@ import pytest
 
 from aoe import AoeError, sim
 from aoe.opat import Budget, tune_op
-from aoe.opat.search import (SimulatorMeasure, as_measure, beam, exhaustive, random_search, search,
-                             simulator_measure)
+from aoe.opat.search import (SimulatorMeasure, as_measure, beam, best_first, exhaustive, local_search,
+                             random_search, search, simulator_measure)
 from aoe.opat.space import space_for
 from aoe.soc import load_soc
 
@@ -63,24 +63,43 @@ def test_search_is_deterministic_and_respects_the_budget():
     assert t1.evaluations <= 3_000 * 3  # each kind stays within its share of the budget
 
 
-def test_a_small_budget_climbs_from_canns_default():
+def test_a_small_budget_prices_strategies_best_bound_first():
     op = sim.MatMul(m=768, n=3072, k=4096, trans_a=True)
     space = space_for(SOC, op)
     measure = simulator_measure(SOC)
     a = search(space, op, measure, Budget(evaluations=150), seed=2)
-    assert a.driver == "local" and a.evaluations <= 150
-    assert a.time_us <= sim.simulate(SOC, op).time_us  # never worse than where it started
+    assert a.driver == "best-first" and a.evaluations <= 150
+    assert a.time_us <= sim.simulate(SOC, op).time_us  # never worse than CANN's default (priced first)
     assert space.member(a.row[None, :])[0]  # stays inside the space it searches
     b = search(space, op, measure, Budget(evaluations=150), seed=2)
     assert np.array_equal(a.row, b.row)
+    # the same driver on a device measure: the bounds only order (nothing pruned), the budget is spent
+    dev = best_first(space, op, as_measure(lambda o, rows: measure(o, rows)), Budget(evaluations=150), prune=False)
+    assert dev.evaluations == 150 and dev.time_us <= sim.simulate(SOC, op).time_us
+
+
+@pytest.mark.parametrize("op", [sim.MatMul(m=512, n=384, k=640), sim.MatMul(m=96, n=80, k=200, batch=3, bias=True),
+                                sim.Conv2D(x=(2, 32, 28, 28), weight=(64, 32, 3, 3), pads=(1, 1, 1, 1)),
+                                sim.Conv2D(x=(2, 32, 28, 28), weight=(64, 32, 3, 3), pads=(1, 1, 1, 1),
+                                           op_type="Conv2DBackpropFilter")])
+def test_best_first_proves_the_optimum_with_few_evaluations(op):
+    """Unbounded, best-first stops when no strategy left is bounded below the best time: that time is
+    the space's optimum (the bounds are exact), reached with a fraction of the space priced."""
+    space = space_for(SOC, op)
+    measure = simulator_measure(SOC)
+    full = exhaustive(space, op, measure)
+    res = best_first(space, op, measure, Budget(evaluations=None))
+    assert res.time_us == full.time_us
+    assert res.evaluations < full.evaluations / 4
 
 
 def test_local_search_stops_when_the_reachable_space_is_used_up():
     # a tiny space and a budget larger than it: the climb must end, not spin on seen points
     op = sim.MatMul(m=1, n=2048, k=1000)
     space = space_for(SOC, op)
-    res = search(space, op, simulator_measure(SOC), Budget(evaluations=len(space.outer) - 1))
+    res = local_search(space, op, simulator_measure(SOC), Budget(evaluations=len(space.outer) - 1))
     assert res.driver == "local" and res.found and res.evaluations < len(space.outer)
+    assert res.time_us <= sim.simulate(SOC, op).time_us
 
 
 def test_budgets_are_checked():

@@ -141,12 +141,13 @@ def conv_bound(soc: Soc, op: Conv2D, outer: np.ndarray, fields: dict[str, int]) 
     return cube_bound(soc, prob, uc, s_m, s_n, s_k, b_m, b_n, b_k)
 
 
-def conv_l1_bytes(op: Conv2D, key: tuple[int, ...], stagings: np.ndarray) -> np.ndarray:
-    """L1 bytes of conv stagings as the simulator counts them (its capacity check), for one class.
+def conv_l1_bytes(op: Conv2D, key: tuple, stagings: np.ndarray, part: str = "all") -> np.ndarray:
+    """L1 bytes of conv stagings as the simulator counts them (its capacity check).
 
-    `key`: hoL0, rows per core, kL0, nDim, woL0, nL0 (and the row width woL1 = the output width);
-    `stagings`: hoL1, kAL1, kBL1, L1 ping-pong of A, of B. The feature-map operand occupies its patch
-    (the rows and columns its output pixels read, with the halo), scaled as the simulator scales it.
+    `key`: hoL0, rows per core, kL0, nDim, woL0, nL0 (scalars, or arrays of one value per staging);
+    the row width woL1 is the output width. `stagings`: hoL1, kAL1, kBL1, L1 ping-pong of A, of B.
+    The feature-map operand occupies its patch (the rows and columns its output pixels read, with the
+    halo), scaled as the simulator scales it. `part`: "a", "b", "bias" or "all" (their sum).
     """
     _, c, h, w = op.x
     cout, _, kh, kw = op.weight
@@ -171,22 +172,24 @@ def conv_l1_bytes(op: Conv2D, key: tuple[int, ...], stagings: np.ndarray) -> np.
         bk = _al(pix_l0, c0)
         a = ((ka // k_l0) * pix_steps * (1 + db_a) * k_l0 * bk * ea).astype(np.float64)
         b = (step_n * pix_steps * (1 + db_b) * n_l0 * bk * ea).astype(np.float64) * scale
-        return a + b + (step_n * n_l0 * 4 if op.bias else 0)
-    dx = op.op_type.endswith("BackpropInput")
-    out_w = w if dx else wo
-    in_c, in_h, in_w = (co_g, ho, wo) if dx else (cin_g, h, w)
-    step_h, step_w = (1, 1) if dx else (sh, sw)
-    rows = ((ho_l1 - 1) * step_h + ekh).astype(np.float64)
-    cols = float((out_w - 1) * step_w + ekw)
-    if dx:
-        rows, cols = np.ceil(rows / sh), float(-(-cols // sw))
-    rows, cols = np.minimum(rows, in_h), min(cols, float(in_w))
-    patch = rows * cols * np.minimum(ka // khw, _al(in_c, c0)) * ea
-    scale = patch / (_al(ho_l1 * out_w, 16) * ka * ea)
-    step_m = (ho_l1 // ho_l0) * (out_w // wo_l0)
-    a = (step_m * (ka // k_l0) * (1 + db_a) * _al(pix_l0, 16) * k_l0 * ea).astype(np.float64) * scale
-    b = ((kb // k_l0) * (1 + db_b) * n_l0 * k_l0 * ea).astype(np.float64)
-    return a + b + (n_l0 * 4 if op.bias else 0)
+        bias = step_n * n_l0 * 4.0 if op.bias else np.zeros(len(stagings))
+    else:
+        dx = op.op_type.endswith("BackpropInput")
+        out_w = w if dx else wo
+        in_c, in_h, in_w = (co_g, ho, wo) if dx else (cin_g, h, w)
+        step_h, step_w = (1, 1) if dx else (sh, sw)
+        rows = ((ho_l1 - 1) * step_h + ekh).astype(np.float64)
+        cols = float((out_w - 1) * step_w + ekw)
+        if dx:
+            rows, cols = np.ceil(rows / sh), float(-(-cols // sw))
+        rows, cols = np.minimum(rows, in_h), min(cols, float(in_w))
+        patch = rows * cols * np.minimum(ka // khw, _al(in_c, c0)) * ea
+        scale = patch / (_al(ho_l1 * out_w, 16) * ka * ea)
+        step_m = (ho_l1 // ho_l0) * (out_w // wo_l0)
+        a = (step_m * (ka // k_l0) * (1 + db_a) * _al(pix_l0, 16) * k_l0 * ea).astype(np.float64) * scale
+        b = ((kb // k_l0) * (1 + db_b) * n_l0 * k_l0 * ea).astype(np.float64)
+        bias = n_l0 * 4.0 * np.ones(len(stagings)) if op.bias else np.zeros(len(stagings))
+    return {"a": a, "b": b, "bias": bias}[part] if part != "all" else a + b + bias
 
 
 def cube_row_bound(soc: Soc, prob: dict, mm: dict[str, np.ndarray]) -> np.ndarray:
@@ -195,8 +198,8 @@ def cube_row_bound(soc: Soc, prob: dict, mm: dict[str, np.ndarray]) -> np.ndarra
     The staging fixes how often each operand panel is re-read (whole K panels in L1 and the order),
     the DMA burst lengths, the chunks (scalar cost, and a GM round trip per chunk of a single-buffered
     operand), the L1 -> L0 traffic, which pipes overlap and the L2 tiling's waves; what stays a bound
-    is where the reads are served (taken at the faster of L2 and HBM) and the HBM floor (compulsory
-    bytes). `mm`: the 23 matmul fields by name, and `a_gm_scale` / `b_gm_scale` (a conv's patch).
+    is where the reads are served (the compulsory share from HBM, every re-read taken as an L2 hit)
+    and the HBM floor (compulsory bytes). `mm`: the 23 matmul fields by name, and `a_gm_scale` / `b_gm_scale` (a conv's patch).
     """
     m, n, k = prob["M"], prob["N"], prob["K"]
     ea, eo = prob["ea"], prob["eo"]
@@ -230,7 +233,6 @@ def cube_row_bound(soc: Soc, prob: dict, mm: dict[str, np.ndarray]) -> np.ndarra
     share = active / (soc.hbm_gbps * soc.hbm_efficiency * 1000.0 / f)
     l2_bpc = soc.l2_gbps * 1000.0 / f if soc.l2_gbps > 0 else soc.l2_rate * soc.cube_cores
     cpb_h = np.maximum(1.0 / soc.ddr_rate, share)
-    cpb_rd = np.minimum(cpb_h, np.maximum(1.0 / soc.l2_rate, active / l2_bpc))
     # re-reads: an operand whose whole K panel is in L1 comes back only when the outer loop does
     m_t, n_t = _cdiv(m_it, st_m), _cdiv(n_it, st_n)
     a_back = np.where((order == 0) & (m_t != 1), n_t, 1)
@@ -239,6 +241,13 @@ def cube_row_bound(soc: Soc, prob: dict, mm: dict[str, np.ndarray]) -> np.ndarra
     b_mult = np.where(skb >= k_it, b_back, m_it).astype(np.float64)
     a_task = (a_m if a_nz else t_m) * (a_k if a_nz else t_k) * ea * a_mult * gm_a
     b_task = (a_n if b_nz else t_n) * (a_k if b_nz else t_k) * ea * b_mult * gm_b
+    # of all the bytes the cores read, the compulsory ones come from HBM: at least that share of
+    # every read is at the HBM rate (the rest, re-reads, may hit L2)
+    compulsory = a_b * prob["batch_a"] + b_b * prob["batch_b"]
+    reads = a_b * batch * n_b * a_mult + b_b * batch * m_b * b_mult
+    fh = np.minimum(1.0, compulsory / np.maximum(reads, 1e-30))
+    cpb_l2 = np.maximum(1.0 / soc.l2_rate, active / l2_bpc)
+    cpb_rd = np.where(cpb_h >= cpb_l2, cpb_l2 + fh * (cpb_h - cpb_l2), cpb_h)
     # DMA bursts: NZ chunks are long runs, ND rows short strided ones (through ND2NZ)
     rows_a, k_a = np.minimum(st_m * b_m, t_m), np.minimum(ska * b_k, t_k)
     cols_b, k_bl = np.minimum(st_n * b_n, t_n), np.minimum(skb * b_k, t_k)
@@ -269,7 +278,6 @@ def cube_row_bound(soc: Soc, prob: dict, mm: dict[str, np.ndarray]) -> np.ndarra
     chunks_b = b_mult * n_t * _cdiv(k_it, skb)
     latency = soc.dma_latency_cycles * (np.where(db1a, 0.0, chunks_a) + np.where(db1b, 0.0, chunks_b) + 1.0)
     scalar = soc.scalar_task_cycles + soc.scalar_chunk_cycles * (chunks_a + chunks_b) + soc.scalar_iter_cycles * blocks
-    compulsory = a_b * prob["batch_a"] + b_b * prob["batch_b"]
     floor = (compulsory / tasks + out_task) * share
     # the pipeline as the simulator combines it (every term above is exact or a lower bound)
     t1 = l0a + l0b

@@ -22,7 +22,13 @@ from ..sim import Conv2D, MatMul, SimOp, VectorOp, default_strategy, simulate_ti
 from ..sim.heuristics import CONV_FIELDS, MM_FIELDS, VEC_FIELDS
 from ..sim.ops import DTYPE_BYTES
 from ..soc import Soc
-from .bounds import conv_bound, conv_l1_bytes, matmul_bound
+from .bounds import (
+    conv_bound,
+    conv_l1_bytes,
+    conv_row_bound,
+    matmul_bound,
+    matmul_row_bound,
+)
 
 _F = {name: i for i, name in enumerate(MM_FIELDS)}
 _C = {name: i for i, name in enumerate(CONV_FIELDS)}
@@ -107,6 +113,8 @@ class FactoredSpace:
     expand_many: Callable[[list[np.ndarray]], tuple[np.ndarray, np.ndarray]] | None = None
     # an expander of only one implementation class's rows (matmul: `matmul_impl_class`)
     expand_impl: Callable[[int], Any] | None = None
+    # a lower bound on each whole strategy's time (µs), at least its outer choice's (`bounds.py`)
+    row_bound: Callable[[np.ndarray], np.ndarray] | None = None
 
     def member(self, rows: np.ndarray) -> np.ndarray:
         """True for rows whose outer choice is one of the space's (inner fields are not checked)."""
@@ -167,9 +175,11 @@ def space_for(soc: Soc, op: SimOp) -> FactoredSpace:
         space = matmul_space(soc, op)
         space.repair = lambda rows: _mm_repair(op, rows)
         space.fallback = _mm_lean
+        space.row_bound = lambda rows: matmul_row_bound(soc, op, rows, _F)
     elif isinstance(op, Conv2D):
         space = conv_space(soc, op)
         space.fallback = _conv_lean
+        space.row_bound = lambda rows: conv_row_bound(soc, op, rows, _C)
     elif isinstance(op, VectorOp):
         rows = vector_space(soc, op)
         space = FactoredSpace(list(VEC_FIELDS), rows, lambda r: r, count=len)
@@ -525,6 +535,10 @@ class _MmExpander:
 
 # --- conv ---------------------------------------------------------------------------------------
 
+_CONV_PIXELS = (64, 128, 256, 512, 1024)   # L0 pixel-block targets
+_CONV_ROW_SPLITS = (1, 2, 3, 4)             # the core's rows whole or cut evenly
+
+
 def conv_space(soc: Soc, op: Conv2D) -> FactoredSpace:
     """Outer: core split x L0 block; inner: L1 staging (rows, K chunks), L1 ping-pong, iterate order."""
     n, c, h, w = op.x
@@ -550,11 +564,12 @@ def conv_space(soc: Soc, op: Conv2D) -> FactoredSpace:
     wo_l0s = np.array(sorted((d for d in range(1, min(out_w, 256) + 1) if out_w % d == 0), reverse=True)[:4],
                       np.int64)
     ho_core = _cdiv(out_h, hd)
-    s_i, w_i, m0 = np.meshgrid(np.arange(len(splits)), np.arange(len(wo_l0s)), np.array([64, 128, 256, 512, 1024]),
+    s_i, w_i, m0 = np.meshgrid(np.arange(len(splits)), np.arange(len(wo_l0s)), np.array(_CONV_PIXELS),
                                indexing="ij")
     s_i, wo_l0, m0 = s_i.ravel(), wo_l0s[w_i.ravel()], m0.ravel()
     ho_l0 = np.maximum(1, np.minimum(ho_core[s_i], m0 // wo_l0))
-    s_e, w_e, j_e = np.meshgrid(np.arange(len(splits)), np.arange(len(wo_l0s)), np.arange(1, 5), indexing="ij")
+    s_e, w_e, j_e = np.meshgrid(np.arange(len(splits)), np.arange(len(wo_l0s)), np.array(_CONV_ROW_SPLITS),
+                                indexing="ij")
     s_i = np.concatenate([s_i, s_e.ravel()])
     wo_l0 = np.concatenate([wo_l0, wo_l0s[w_e.ravel()]])
     ho_l0 = np.concatenate([ho_l0, _cdiv(ho_core[s_e.ravel()], j_e.ravel())])
@@ -702,12 +717,13 @@ class _ConvExpander:
         self.co_g = op.weight[0] // op.groups
         self.out_h = h if op.op_type.endswith("BackpropInput") else op.out_hw[0]
         self._classes: dict[tuple[int, ...], np.ndarray] = {}
+        self._cands: dict[tuple[int, ...], np.ndarray] = {}
 
-    def _stagings(self, key: tuple[int, ...]) -> np.ndarray:
-        """The legal stagings of one class (rows of `_CONV_STAGING` values, in the expansion's order)."""
-        got = self._classes.get(key)
+    def _candidates(self, key4: tuple[int, ...]) -> np.ndarray:
+        """hoL1, kAL1, kBL1 of a class before the L1 check (they depend on hoL0, rows, kL0, nDim only)."""
+        got = self._cands.get(key4)
         if got is None:
-            ho_l0, ho_core, k_l0, n_dim = key[:4]
+            ho_l0, ho_core, k_l0, n_dim = key4
             rows_core = max(ho_core, ho_l0)
             hm = sorted({m for m in (1, 2, 4, 8, 16) if ho_l0 * m <= rows_core} | {rows_core // ho_l0})
             if self.filt:
@@ -721,18 +737,49 @@ class _ConvExpander:
                 ks = sorted({self.win * m for m in (1, 2, 4, 8) if self.win * m <= whole} | {whole})
                 ks = [k for k in ks if k % k_l0 == 0]
                 pairs = [(a, b) for a in ks for b in ks if a % b == 0 or b % a == 0]
-            rows = np.array([(ho_l0 * m, a, b, da, dbb) for m in hm for a, b in pairs
-                             for da in (0, 1) for dbb in (0, 1)], np.int64).reshape(-1, 5)
-            fits = conv_l1_bytes(self.op, key, rows) <= self.l1
-            # rows come in blocks of four (A, B ping-pong 00, 01, 10, 11): drop the dominated ones
-            f4 = fits.reshape(-1, 4)
-            keep = f4 & ~np.stack([f4[:, 1] | f4[:, 2], f4[:, 3], f4[:, 3], np.zeros(len(f4), bool)], axis=1)
-            rows = rows[keep.ravel()]
-            pb = 28 + rows[:, 3] + 2 * rows[:, 4]
-            st = np.repeat(np.column_stack([rows[:, :3], pb]), 2, axis=0)
-            got = np.column_stack([st, np.tile([0, 1], len(rows))]).astype(np.int64)
-            got = self._classes[key] = got.reshape(-1, len(_CONV_STAGING))
+            got = self._cands[key4] = np.array([(ho_l0 * m, a, b) for m in hm for a, b in pairs],
+                                               np.int64).reshape(-1, 3)
         return got
+
+    def _stagings(self, key: tuple[int, ...]) -> np.ndarray:
+        """The legal stagings of one class (rows of `_CONV_STAGING` values, in the expansion's order)."""
+        got = self._classes.get(key)
+        if got is None:
+            self._derive([key])
+            got = self._classes[key]
+        return got
+
+    def _stagings_many(self, keys: np.ndarray) -> list[np.ndarray]:
+        """`_stagings` of each class key (rows of `keys`); the missing classes derived in one pass."""
+        tkeys = [tuple(k) for k in keys.tolist()]
+        missing = list(dict.fromkeys(k for k in tkeys if k not in self._classes))
+        if missing:
+            self._derive(missing)
+        return [self._classes[k] for k in tkeys]
+
+    def _derive(self, keys: list[tuple[int, ...]]) -> None:
+        """Derive the stagings of several classes: candidates, the L1 check of all four ping-pong
+        combinations at once, and the dominance prune (L1 bytes are linear in each operand's depth)."""
+        cands = [self._candidates(k[:4]) for k in keys]
+        counts = [len(c) for c in cands]
+        st = np.concatenate(cands) if cands else np.zeros((0, 3), np.int64)
+        kcols = np.repeat(np.array(keys, np.int64).reshape(-1, 6), counts, axis=0)
+        zero = np.zeros((len(st), 2), np.int64)
+        # single-buffered A and B bytes, and the bias: doubling a depth doubles its operand's bytes
+        a1 = conv_l1_bytes(self.op, tuple(kcols.T), np.column_stack([st, zero]), part="a")
+        b1 = conv_l1_bytes(self.op, tuple(kcols.T), np.column_stack([st, zero]), part="b")
+        rest = conv_l1_bytes(self.op, tuple(kcols.T), np.column_stack([st, zero]), part="bias")
+        f = [(1 + da) * a1 + (1 + db) * b1 + rest <= self.l1 for da in (0, 1) for db in (0, 1)]
+        f00, f01, f10, f11 = f
+        keep = np.stack([f00 & ~(f01 | f10), f01 & ~f11, f10 & ~f11, f11], axis=1)  # no ping-pong, B, A, both
+        pb = np.array([28, 30, 29, 31], np.int64)
+        r, c = np.nonzero(keep)  # row-major: each staging's kept variants in the order above
+        got = np.repeat(np.column_stack([st[r], pb[c]]), 2, axis=0)
+        got = np.column_stack([got, np.tile(np.array([0, 1], np.int64), len(r))])
+        owner = np.repeat(np.arange(len(keys)), counts)[r]
+        ends = np.cumsum(2 * np.bincount(owner, minlength=len(keys)))
+        for key, part in zip(keys, np.split(got, ends[:-1])):
+            self._classes[key] = part
 
     def __call__(self, outer: np.ndarray) -> np.ndarray:
         """Every staging of each outer row, row by row."""
@@ -752,7 +799,7 @@ class _ConvExpander:
         keys = np.stack([outer[:, _C["hoL0"]], _cdiv(self.out_h, outer[:, _C["hoDim"]]), outer[:, _C["kL0"]],
                          outer[:, _C["nDim"]] if self.filt else np.zeros(len(outer), np.int64),
                          outer[:, _C["woL0"]], outer[:, _C["nL0"]]], axis=1)
-        stagings = [self._stagings(tuple(k)) for k in keys.tolist()]
+        stagings = self._stagings_many(keys)
         counts = [len(st) for st in stagings]
         out = np.repeat(outer, counts, axis=0)
         if len(out):
