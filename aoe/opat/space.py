@@ -312,8 +312,9 @@ def matmul_space(soc: Soc, op: MatMul) -> FactoredSpace:
     outer = np.concatenate(rows) if rows else np.zeros((0, len(MM_FIELDS)), np.int64)
     outer = _mm_default_inner(soc, op, outer)
     expand = _MmExpander(soc, op)
-    return FactoredSpace(list(MM_FIELDS), outer, expand, matmul_bound(soc, op, outer, _F), expand.count,
-                         expand_many=expand.many, expand_impl=expand.only)
+    lb = np.repeat(matmul_bound(soc, op, outer[0::2], _F), 2)  # one bound per pair of iterate orders
+    return FactoredSpace(list(MM_FIELDS), outer, expand, lb, expand.count, expand_many=expand.many,
+                         expand_impl=expand.only)
 
 
 def _block_sizes(dim: int, cap: int, align: int) -> list[int]:
@@ -535,8 +536,8 @@ class _MmExpander:
 
 # --- conv ---------------------------------------------------------------------------------------
 
-_CONV_PIXELS = (64, 128, 256, 512, 1024)   # L0 pixel-block targets
-_CONV_ROW_SPLITS = (1, 2, 3, 4)             # the core's rows whole or cut evenly
+_CONV_PIXELS = (64, 128, 256, 512)   # L0 pixel-block targets
+_CONV_ROW_SPLITS = (1, 2, 4)         # the core's rows whole or cut evenly
 
 
 def conv_space(soc: Soc, op: Conv2D) -> FactoredSpace:
@@ -559,8 +560,8 @@ def conv_space(soc: Soc, op: Conv2D) -> FactoredSpace:
     n_units = _cdiv(cin_g, c0) if filt else _cdiv(out_c, 16)
     splits = _conv_splits(soc.cube_cores, g, n, out_h, n_units)
     gd, bd, hd, nd = splits.T
-    # L0 pixel blocks: up to four widths dividing the output row, with rows for about 64 to 1024
-    # pixels, and the core's rows whole or cut evenly in 2-4 (no ragged last block)
+    # L0 pixel blocks: up to four widths dividing the output row, with rows for about 64 to 512
+    # pixels, and the core's rows whole or cut evenly in 2 or 4 (no ragged last block)
     wo_l0s = np.array(sorted((d for d in range(1, min(out_w, 256) + 1) if out_w % d == 0), reverse=True)[:4],
                       np.int64)
     ho_core = _cdiv(out_h, hd)
@@ -617,7 +618,8 @@ def conv_space(soc: Soc, op: Conv2D) -> FactoredSpace:
     outer = rows[np.lexsort(rows.T[::-1])]  # lexicographic order (ties of the bound break the same way)
     # default inner: smallest L1 staging that is legal, full ping-pong
     outer = _conv_default_inner(soc, op, outer, filt, win, c0, k_al)
-    lb = conv_bound(soc, op, outer, _C)  # no staging of an outer row can go below it
+    # no staging of an outer row can go below it (rows come in pairs, one per iterate order: one bound)
+    lb = np.repeat(conv_bound(soc, op, outer[0::2], _C), 2)
     expand = _ConvExpander(soc, op, filt, win, c0, k_al)
     return FactoredSpace(list(CONV_FIELDS), outer, expand, lb, expand_many=expand.many)
 
