@@ -469,9 +469,10 @@ def best_first(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget
             if pos >= len(order):
                 break  # every strategy left is bounded above the best: it is the optimum
             continue
-        # the next few strategies, none bounded above an outer choice not expanded yet
+        # the next few strategies, none bounded above an outer choice not expanded yet; batches grow
+        # with the evaluations spent (a few at first, where each price moves the pruning most)
         limit = lb[order[pos]] if pos < len(order) else np.inf
-        n = max(1, min(8, int(np.searchsorted(pool_b, limit, side="right"))))
+        n = max(1, min(max(8, tr.evals // 8), int(np.searchsorted(pool_b, limit, side="right"))))
         tr.run(pool[:n])
         pool, pool_b = pool[n:], pool_b[n:]
         if prune and np.isfinite(tr.best):
