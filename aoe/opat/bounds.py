@@ -19,6 +19,8 @@ its L1 staging, so for convolutions only the weight-side (or, for dW, the dy-sid
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..sim import Conv2D, MatMul
@@ -32,6 +34,42 @@ def _cdiv(a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray | int:
 
 def _al(a: np.ndarray | int, b: int) -> np.ndarray | int:
     return -(-a // b) * b
+
+
+@dataclass(frozen=True)
+class ConvDims:
+    """A convolution's sizes as the kernel model reads them (per group, C0-aligned, dilated window)."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    cout: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    ea: int
+    c0: int
+    g: int
+    cin_g: int
+    co_g: int
+    ho: int
+    wo: int
+    khw: int
+    ekh: int
+    ekw: int
+
+
+def conv_dims(op: Conv2D) -> ConvDims:
+    """`ConvDims` of a conv operator."""
+    n, c, h, w = op.x
+    cout, _, kh, kw = op.weight
+    ea = DTYPE_BYTES[op.dtype]
+    ho, wo = op.out_hw
+    return ConvDims(n, c, h, w, cout, kh, kw, op.strides[0], op.strides[1], ea, 32 // ea, op.groups,
+                    c // op.groups, cout // op.groups, ho, wo, kh * kw, op.dilations[0] * (kh - 1) + 1,
+                    op.dilations[1] * (kw - 1) + 1)
 
 
 def cube_bound(soc: Soc, prob: dict, uc: np.ndarray, s_m: np.ndarray, s_n: np.ndarray, s_k: np.ndarray,
@@ -104,15 +142,9 @@ def matmul_bound(soc: Soc, op: MatMul, outer: np.ndarray, fields: dict[str, int]
 
 def conv_bound(soc: Soc, op: Conv2D, outer: np.ndarray, fields: dict[str, int]) -> np.ndarray:
     """`cube_bound` of conv outer rows, mapped onto the matmul terms the simulator's img2col uses."""
-    n, c, h, w = op.x
-    cout, _, kh, kw = op.weight
-    ea = DTYPE_BYTES[op.dtype]
-    c0 = 32 // ea
-    g = op.groups
-    cin_g, co_g = c // g, cout // g
-    ho, wo = op.out_hw
-    khw = kh * kw
-    sh, sw = op.strides
+    d = conv_dims(op)
+    n, h, w, ea, c0, g, cin_g, co_g = d.n, d.h, d.w, d.ea, d.c0, d.g, d.cin_g, d.co_g
+    ho, wo, khw, sh, sw = d.ho, d.wo, d.khw, d.sh, d.sw
     plain = 1.0 if (khw == 1 and sh == 1 and sw == 1) else 0.5   # load3d's img2col rate
     bd, hd, nd, gd = (outer[:, fields[f]] for f in ("batchDim", "hoDim", "nDim", "groupDim"))
     pix_l0 = outer[:, fields["hoL0"]] * outer[:, fields["woL0"]]
@@ -149,16 +181,9 @@ def conv_l1_bytes(op: Conv2D, key: tuple, stagings: np.ndarray, part: str = "all
     The feature-map operand occupies its patch (the rows and columns its output pixels read, with the
     halo), scaled as the simulator scales it. `part`: "a", "b", "bias" or "all" (their sum).
     """
-    _, c, h, w = op.x
-    cout, _, kh, kw = op.weight
-    ea = DTYPE_BYTES[op.dtype]
-    c0 = 32 // ea
-    g = op.groups
-    cin_g, co_g = c // g, cout // g
-    ho, wo = op.out_hw
-    sh, sw = op.strides
-    khw = kh * kw
-    ekh, ekw = op.dilations[0] * (kh - 1) + 1, op.dilations[1] * (kw - 1) + 1
+    d = conv_dims(op)
+    h, w, ea, c0, cin_g, co_g, ho, wo = d.h, d.w, d.ea, d.c0, d.cin_g, d.co_g, d.ho, d.wo
+    sh, sw, khw, ekh, ekw = d.sh, d.sw, d.khw, d.ekh, d.ekw
     ho_l0, _, k_l0, _, wo_l0, n_l0 = key
     ho_l1, ka, kb, db_a, db_b = (stagings[:, j] for j in range(5))
     pix_l0 = ho_l0 * wo_l0
@@ -190,6 +215,16 @@ def conv_l1_bytes(op: Conv2D, key: tuple, stagings: np.ndarray, part: str = "all
         b = ((kb // k_l0) * (1 + db_b) * n_l0 * k_l0 * ea).astype(np.float64)
         bias = n_l0 * 4.0 * np.ones(len(stagings)) if op.bias else np.zeros(len(stagings))
     return {"a": a, "b": b, "bias": bias}[part] if part != "all" else a + b + bias
+
+
+def _burst(nz: bool, trans: bool, x: np.ndarray, y: np.ndarray, full_x: int, full_y: int, ea: int) -> np.ndarray:
+    """DMA burst bytes of an L1 chunk of x by y elements of an operand (A: rows by K, B: K by columns)
+    whose whole extents are full_x, full_y: contiguous runs in GM, as the simulator counts them."""
+    if nz:
+        return np.where(x >= full_x, x * y * ea, x * 32.0)
+    if not trans:
+        return np.where(y >= full_y, x * full_y * ea, y * ea)
+    return np.where(x >= full_x, y * full_x * ea, x * ea)
 
 
 def cube_row_bound(soc: Soc, prob: dict, mm: dict[str, np.ndarray]) -> np.ndarray:
@@ -251,18 +286,8 @@ def cube_row_bound(soc: Soc, prob: dict, mm: dict[str, np.ndarray]) -> np.ndarra
     # DMA bursts: NZ chunks are long runs, ND rows short strided ones (through ND2NZ)
     rows_a, k_a = np.minimum(st_m * b_m, t_m), np.minimum(ska * b_k, t_k)
     cols_b, k_bl = np.minimum(st_n * b_n, t_n), np.minimum(skb * b_k, t_k)
-    if a_nz:
-        run_a = np.where(rows_a >= m, rows_a * k_a * ea, rows_a * 32.0)
-    elif not prob.get("ta"):
-        run_a = np.where(k_a >= k, rows_a * k * ea, k_a * ea)
-    else:
-        run_a = np.where(rows_a >= m, k_a * m * ea, rows_a * ea)
-    if b_nz:
-        run_b = np.where(k_bl >= k, cols_b * k_bl * ea, k_bl * 32.0)
-    elif not prob.get("tb"):
-        run_b = np.where(cols_b >= n, k_bl * n * ea, cols_b * ea)
-    else:
-        run_b = np.where(k_bl >= k, cols_b * k * ea, k_bl * ea)
+    run_a = _burst(a_nz, bool(prob.get("ta")), rows_a, k_a, m, k, ea)
+    run_b = _burst(b_nz, bool(prob.get("tb")), k_bl, cols_b, k, n, ea)
     nd2nz = 1.0 / soc.nd2nz_efficiency
     ovh = soc.dma_overhead_bytes
     mte2_a = a_task * cpb_rd * (run_a + ovh) / run_a * (1.0 if a_nz else nd2nz)
@@ -304,16 +329,9 @@ def matmul_row_bound(soc: Soc, op: MatMul, rows: np.ndarray, fields: dict[str, i
 def conv_row_bound(soc: Soc, op: Conv2D, rows: np.ndarray, fields: dict[str, int]) -> np.ndarray:
     """`cube_row_bound` of whole conv strategies, mapped onto matmul terms as the simulator maps them
     (img2col; the feature map read as its patch with the halo, load3d at half the L1 -> L0 rate)."""
-    n, c, h, w = op.x
-    cout, _, kh, kw = op.weight
-    ea = DTYPE_BYTES[op.dtype]
-    c0 = 32 // ea
-    g = op.groups
-    cin_g, co_g = c // g, cout // g
-    ho, wo = op.out_hw
-    sh, sw = op.strides
-    khw = kh * kw
-    ekh, ekw = op.dilations[0] * (kh - 1) + 1, op.dilations[1] * (kw - 1) + 1
+    d = conv_dims(op)
+    n, h, w, ea, c0, g, cin_g, co_g = d.n, d.h, d.w, d.ea, d.c0, d.g, d.cin_g, d.co_g
+    ho, wo, sh, sw, khw, ekh, ekw = d.ho, d.wo, d.sh, d.sw, d.khw, d.ekh, d.ekw
     load3d = 1.0 if (khw == 1 and sh == 1 and sw == 1) else 0.5
     col = {f: rows[:, j] for f, j in fields.items()}
     bd, hd, nd, gd = col["batchDim"], col["hoDim"], col["nDim"], col["groupDim"]

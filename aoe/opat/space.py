@@ -24,6 +24,7 @@ from ..sim.ops import DTYPE_BYTES
 from ..soc import Soc
 from .bounds import (
     conv_bound,
+    conv_dims,
     conv_l1_bytes,
     conv_row_bound,
     matmul_bound,
@@ -59,9 +60,13 @@ def _small_dims_template() -> np.ndarray:
     steps = [1, 2, 4, 8, 16]
     rows = [r for r in itertools.product(steps, steps, [1, 2], [1, 2], [0, 1], [0, 1], [0, 1])
             if r[0] % r[1] == 0 or r[1] % r[0] == 0]
-    # K steps that depend on the outer row (equal for A and B): 0 = the whole K panel, -1 = CANN's
-    # 256-element chunks; only kept where they are not already one of the powers of two above
-    rows += [(s, s, *r) for s in (0, -1) for r in itertools.product([1, 2], [1, 2], [0, 1], [0, 1], [0, 1])]
+    # K steps that depend on the outer row: 0 = the whole K panel, -1 = CANN's 256-element chunks
+    # (equal for A and B); and one operand's whole K panel with the other streamed in power-of-two
+    # steps (A resident along K while B flows, or the reverse; one must divide the other). Only kept
+    # where they are not already one of the powers of two above.
+    small = list(itertools.product([1, 2], [1, 2], [0, 1], [0, 1], [0, 1]))
+    rows += [(s, s, *r) for s in (0, -1) for r in small]
+    rows += [p for s in steps for r in small for p in ((0, s, *r), (s, 0, *r))]
     return np.array(rows, dtype=np.int64)
 
 
@@ -400,12 +405,15 @@ def _k_stagings(bk: int, k_iter: int) -> tuple[np.ndarray, np.ndarray]:
     chunk = max(1, min(k_iter, max(1, 256 // bk)))
     ska = np.where(t[:, 0] == 0, k_iter, np.where(t[:, 0] == -1, chunk, t[:, 0]))
     skb = np.where(t[:, 1] == 0, k_iter, np.where(t[:, 1] == -1, chunk, t[:, 1]))
-    pow2 = (ska & (ska - 1)) == 0
-    # the whole-panel and 256-chunk rows only where they are not one of the powers of two already
-    fresh = (t[:, 0] > 0) | ((~pow2 | (ska > 16)) & ((t[:, 0] == 0) | (ska != k_iter)))
+    def fresh(code: np.ndarray, step: np.ndarray) -> np.ndarray:
+        # the whole-panel and 256-chunk steps only where they are not one of the powers of two already
+        pow2 = (step & (step - 1)) == 0
+        return (code > 0) | ((~pow2 | (step > 16)) & ((code == 0) | (step != k_iter)))
+
     table = np.stack([ska, skb, t[:, 2], t[:, 3], t[:, 4], t[:, 2] * ska * (1 + t[:, 5]),
                       t[:, 3] * skb * (1 + t[:, 6])], axis=1)
-    legal = (ska <= k_iter) & (skb <= k_iter) & fresh
+    legal = (ska <= k_iter) & (skb <= k_iter) & fresh(t[:, 0], ska) & fresh(t[:, 1], skb) \
+        & ((ska % skb == 0) | (skb % ska == 0))
     table.setflags(write=False)
     legal.setflags(write=False)
     return table, legal
@@ -542,13 +550,9 @@ _CONV_ROW_SPLITS = (1, 2, 4)         # the core's rows whole or cut evenly
 
 def conv_space(soc: Soc, op: Conv2D) -> FactoredSpace:
     """Outer: core split x L0 block; inner: L1 staging (rows, K chunks), L1 ping-pong, iterate order."""
-    n, c, h, w = op.x
-    cout, _, kh, kw = op.weight
-    ea = DTYPE_BYTES[op.dtype]
-    c0 = 32 // ea
-    g = op.groups
-    cin_g, co_g = c // g, cout // g
-    ho, wo = op.out_hw
+    d = conv_dims(op)
+    n, h, w, kh, kw, ea, c0, g = d.n, d.h, d.w, d.kh, d.kw, d.ea, d.c0, d.g
+    cin_g, co_g, ho, wo = d.cin_g, d.co_g, d.ho, d.wo
     filt = op.op_type.endswith("BackpropFilter")
     if op.op_type.endswith("BackpropInput"):
         out_h, out_w, out_c, k_al = h, w, cin_g, _align(co_g, c0) * kh * kw
