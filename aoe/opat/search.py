@@ -465,7 +465,9 @@ def best_first(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget
             # no more than the budget can price: the rest would come after all of those
             o = np.argsort(pool_b, kind="stable")[: tr.left()]
             pool, pool_b = pool[o], pool_b[o]
-        if not len(pool_b) or (prune and pool_b[0] >= tr.best):
+        if len(pool_b) and prune and pool_b[0] >= tr.best:
+            pool, pool_b = pool[:0], pool_b[:0]  # nothing pooled can win any more
+        if not len(pool_b):
             if pos >= len(order):
                 break  # every strategy left is bounded above the best: it is the optimum
             continue
