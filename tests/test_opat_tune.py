@@ -192,9 +192,9 @@ def test_steps_describe_the_stored_strategy_and_multiply_to_the_total(op):
 
 
 def test_a_stage_winner_that_is_replaced_leaves_no_trace():
-    # a BERT FFN matmul: Format finds an NZ weight, then Impl (B resident in L1, ND) beats it; the
-    # stored strategy has no NZ operand, so no Format gain may be reported
-    g = single_ops_graph([mm_op(4096, 768, 3072, "ffn")])
+    # a BERT attention output projection: Format finds an NZ weight, then Impl (B resident in L1, ND)
+    # beats it; the stored strategy has no NZ operand, so no Format gain may be reported
+    g = single_ops_graph([mm_op(4096, 768, 768, "ffn")])
     g.tensors["ffn:in0"].kind = "activation"
     res = tune_case(describe(g, g.ops[0]), SOC, budget=Budget(evaluations=3_000))
     assert res.kinds["Format"].helped and res.impl == "b_resident_l1"      # the stages as they ran

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import AoeError
-from ..opat.search import Budget, Measure, beam, local_search, search
+from ..opat.search import Budget, Measure, beam, best_first, local_search, search
 from ..opat.space import FactoredSpace
 from ..sim import SimOp
 
@@ -44,6 +44,10 @@ def _beam(space, op, measure, budget, seed):
 
 def _local(space, op, measure, budget, seed):
     return local_search(space, op, measure, Budget(evaluations=budget), seed=seed)
+
+
+def _best_first(space, op, measure, budget, seed):
+    return best_first(space, op, measure, Budget(evaluations=budget), seed=seed)
 
 
 def uniform_sample(space: FactoredSpace, k: int, seed: int) -> np.ndarray:
@@ -175,7 +179,9 @@ def _cmaes(space, op, measure, budget, seed):
 
 
 BUILTIN: dict[str, Strategy] = {s.name: s for s in [
-    Strategy("aoe", _driver, note="aoe.opat.search.search: exhaustive if it fits, else beam or local search"),
+    Strategy("aoe", _driver, note="aoe.opat.search.search: exhaustive if it fits, else best-first "
+             "(up to 20,000 evaluations) or beam"),
+    Strategy("aoe-best-first", _best_first, note="aoe.opat.search.best_first alone"),
     Strategy("aoe-beam", _beam, note="aoe.opat.search.beam alone"),
     Strategy("aoe-local", _local, note="aoe.opat.search.local_search alone"),
     Strategy("random", _random, anytime=True, note="uniform sampling without replacement over the space"),
@@ -185,7 +191,7 @@ BUILTIN: dict[str, Strategy] = {s.name: s for s in [
     Strategy("gp", _gp, anytime=True, max_budget=50,
              note="Optuna GPSampler (needs torch and scipy); several seconds per trial, capped at 50"),
 ]}
-DEFAULT = ["aoe", "aoe-beam", "aoe-local", "random", "tpe", "cmaes"]
+DEFAULT = ["aoe", "aoe-best-first", "aoe-beam", "aoe-local", "random", "tpe", "cmaes"]
 
 
 def registered() -> dict[str, Strategy]:

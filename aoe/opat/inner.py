@@ -19,6 +19,8 @@ from ..sim import Conv2D, MatMul
 from ..sim.heuristics import CONV_FIELDS, MM_FIELDS
 from ..sim.ops import DTYPE_BYTES
 from ..soc import Soc
+from .bounds import conv_l1_bytes
+from .stagings import MM_INNER, STEP_MAX, UP_A, UP_B, k_stagings
 
 _F = {name: i for i, name in enumerate(MM_FIELDS)}
 _C = {name: i for i, name in enumerate(CONV_FIELDS)}
@@ -30,25 +32,6 @@ def _cdiv(a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray | int:
 
 def _align(a: int, b: int) -> int:
     return -(-a // b) * b
-
-
-def _small_dims_template() -> np.ndarray:
-    """Combinations of the small fields: step K (A, B), step M/N, iterate order, L1 ping-pong (A, B).
-
-    L0 ping-pong is not enumerated: in the model (as on the hardware) it never slows a kernel down,
-    so it is on whenever the base block leaves room for it (a dominance prune, not a heuristic).
-    """
-    steps = [1, 2, 4, 8, 16]
-    rows = [r for r in itertools.product(steps, steps, [1, 2], [1, 2], [0, 1], [0, 1], [0, 1])
-            if r[0] % r[1] == 0 or r[1] % r[0] == 0]
-    # K steps that depend on the outer row (equal for A and B): 0 = the whole K panel, -1 = CANN's
-    # 256-element chunks; only kept where they are not already one of the powers of two above
-    rows += [(s, s, *r) for s in (0, -1) for r in itertools.product([1, 2], [1, 2], [0, 1], [0, 1], [0, 1])]
-    return np.array(rows, dtype=np.int64)
-
-
-MM_INNER = _small_dims_template()
-_STEP_MAX = int(MM_INNER[:, 2:4].max())     # the largest M/N step of the template
 
 
 MM_OUTER = [_F[f] for f in ("usedCoreNum", "singleCoreM", "singleCoreN", "singleCoreK", "baseM", "baseN", "baseK")]
@@ -77,9 +60,10 @@ def matmul_impl_class(op: MatMul, rows: np.ndarray) -> np.ndarray:
 _MM_STAGING = [_F[f] for f in ("stepKa", "stepKb", "stepM", "stepN", "iterateOrder", "depthA1", "depthB1")]
 
 
-def _classes(keys: np.ndarray, stagings: Callable[[tuple[int, ...]], np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
+def _classes(keys: np.ndarray, stagings: Callable[[tuple[int, ...]], np.ndarray],
+             prepare: Callable[[list[tuple[int, ...]]], None] | None = None) -> tuple[list[np.ndarray], np.ndarray]:
     """The stagings of each distinct class key among `keys` (one per row, non-negative ints; `stagings(key)`
-    asked once per distinct key) and the index of each row's class."""
+    asked once per distinct key, after `prepare(distinct keys)` if given) and the index of each row's class."""
     radix = keys.max(axis=0) + 1 if len(keys) else np.ones(keys.shape[1], np.int64)
     if float(np.prod(radix.astype(np.float64))) < 2.0 ** 62:
         codes = np.zeros(len(keys), np.int64)      # one int per key: a 1-D unique is much cheaper
@@ -89,19 +73,24 @@ def _classes(keys: np.ndarray, stagings: Callable[[tuple[int, ...]], np.ndarray]
         uniq = keys[first]
     else:
         uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-    return [stagings(tuple(k)) for k in uniq.tolist()], inv.ravel()
+    distinct = [tuple(k) for k in uniq.tolist()]
+    if prepare is not None:
+        prepare(distinct)
+    return [stagings(k) for k in distinct], inv.ravel()
 
 
-def _class_counts(keys: np.ndarray, stagings: Callable[[tuple[int, ...]], np.ndarray]) -> np.ndarray:
+def _class_counts(keys: np.ndarray, stagings: Callable[[tuple[int, ...]], np.ndarray],
+                  prepare: Callable[[list[tuple[int, ...]]], None] | None = None) -> np.ndarray:
     """How many stagings each row's class has."""
-    tables, inv = _classes(keys, stagings)
+    tables, inv = _classes(keys, stagings, prepare)
     return np.fromiter((len(t) for t in tables), np.int64, len(tables))[inv]
 
 
-def _by_class(keys: np.ndarray, stagings: Callable[[tuple[int, ...]], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def _by_class(keys: np.ndarray, stagings: Callable[[tuple[int, ...]], np.ndarray],
+              prepare: Callable[[list[tuple[int, ...]]], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Each row's class stagings, gathered at once: (the stagings of every row, one after the other;
     how many each row has)."""
-    tables, inv = _classes(keys, stagings)
+    tables, inv = _classes(keys, stagings, prepare)
     sizes = np.fromiter((len(t) for t in tables), np.int64, len(tables))
     counts = sizes[inv]
     total = int(counts.sum())
@@ -115,30 +104,11 @@ def _by_class(keys: np.ndarray, stagings: Callable[[tuple[int, ...]], np.ndarray
     return np.concatenate(tables)[idx], counts
 
 
-@functools.lru_cache(maxsize=4096)
-def _k_stagings(bk: int, k_iter: int) -> tuple[np.ndarray, np.ndarray]:
-    """The `MM_INNER` template for one K block and K-iteration count: the staging fields of every
-    template row (columns as `_MM_STAGING`) and which rows are legal on the K side alone."""
-    t = MM_INNER  # stepKa, stepKb, stepM, stepN, order, L1 db A, L1 db B
-    chunk = max(1, min(k_iter, max(1, 256 // bk)))
-    ska = np.where(t[:, 0] == 0, k_iter, np.where(t[:, 0] == -1, chunk, t[:, 0]))
-    skb = np.where(t[:, 1] == 0, k_iter, np.where(t[:, 1] == -1, chunk, t[:, 1]))
-    pow2 = (ska & (ska - 1)) == 0
-    # the whole-panel and 256-chunk rows only where they are not one of the powers of two already
-    fresh = (t[:, 0] > 0) | ((~pow2 | (ska > 16)) & ((t[:, 0] == 0) | (ska != k_iter)))
-    table = np.stack([ska, skb, t[:, 2], t[:, 3], t[:, 4], t[:, 2] * ska * (1 + t[:, 5]),
-                      t[:, 3] * skb * (1 + t[:, 6])], axis=1)
-    legal = (ska <= k_iter) & (skb <= k_iter) & fresh
-    table.setflags(write=False)
-    legal.setflags(write=False)
-    return table, legal
-
-
 @functools.lru_cache(maxsize=65536)
 def _block_stagings(bm: int, bn: int, bk: int, k_iter: int, ea: int, bias: bool, l1_cap: int
                     ) -> tuple[np.ndarray, np.ndarray]:
-    """`_k_stagings` of one base block, with the rows whose L1 buffers do not fit dropped from the mask."""
-    table, legal = _k_stagings(bk, k_iter)
+    """`k_stagings` of one base block, with the rows whose L1 buffers do not fit dropped from the mask."""
+    table, legal = k_stagings(bk, k_iter)
     step_n, da, db = table[:, 3], table[:, 5], table[:, 6]
     l1 = (da * bm + db * bn) * bk * ea + (step_n * bn * 4 if bias else 0)
     ok = legal & (l1 <= l1_cap)
@@ -146,9 +116,9 @@ def _block_stagings(bm: int, bn: int, bk: int, k_iter: int, ea: int, bias: bool,
     return table, ok
 
 
-# the template's M (0) and N (1) steps: which rows step at most / at least m blocks, m up to _STEP_MAX + 1
-_STEP_UPTO = [{m: MM_INNER[:, 2 + d] <= m for m in range(1, _STEP_MAX + 2)} for d in (0, 1)]
-_STEP_FROM = [{m: MM_INNER[:, 2 + d] >= m for m in range(1, _STEP_MAX + 2)} for d in (0, 1)]
+# the template's M (0) and N (1) steps: which rows step at most / at least m blocks, m up to STEP_MAX + 1
+_STEP_UPTO = [{m: MM_INNER[:, 2 + d] <= m for m in range(1, STEP_MAX + 2)} for d in (0, 1)]
+_STEP_FROM = [{m: MM_INNER[:, 2 + d] >= m for m in range(1, STEP_MAX + 2)} for d in (0, 1)]
 
 
 class MatmulExpander:
@@ -157,7 +127,7 @@ class MatmulExpander:
     The legal L1 stagings of an outer row depend only on its base block and its iteration counts
     (baseM/N/K, kIter, mIter/nIter up to the largest step, split-K or not): a handful of classes
     however many core splits share them. Each class's stagings are derived once (from the
-    `MM_INNER` template, see `_k_stagings`) and reused, so a search that expands a few outer rows
+    `MM_INNER` template, see `k_stagings`) and reused, so a search that expands a few outer rows
     at a time does not pay the template's masks again for each of them.
     """
 
@@ -184,6 +154,8 @@ class MatmulExpander:
         bm, bn, bk, m_iter, n_iter, k_iter, split_k = key
         table, ok = _block_stagings(bm, bn, bk, k_iter, self.ea, bool(self.op.bias), self.soc.l1)
         ok = ok & _STEP_UPTO[0][m_iter] & _STEP_UPTO[1][n_iter]
+        # dominated: the same staging with L1 ping-pong of A (or B) added fits too
+        ok &= ~(((MM_INNER[:, 5] == 0) & ok[UP_A]) | ((MM_INNER[:, 6] == 0) & ok[UP_B]))
         if self.impl is not None:
             # `matmul_impl_class` of these rows: stepM * baseM >= min(singleCoreM, M) is stepM >= mIter, ...
             if split_k:
@@ -199,10 +171,10 @@ class MatmulExpander:
         """The class key of each outer row (see `_stagings`)."""
         op = self.op
         bm, bn, bk = (outer[:, _F[f]] for f in ("baseM", "baseN", "baseK"))
-        # the template's M/N steps are at most _STEP_MAX: beyond one more, mIter and nIter make no difference
+        # the template's M/N steps are at most STEP_MAX: beyond one more, mIter and nIter make no difference
         return np.stack([bm, bn, bk,
-                         np.minimum(_cdiv(np.minimum(outer[:, _F["singleCoreM"]], op.m), bm), _STEP_MAX + 1),
-                         np.minimum(_cdiv(np.minimum(outer[:, _F["singleCoreN"]], op.n), bn), _STEP_MAX + 1),
+                         np.minimum(_cdiv(np.minimum(outer[:, _F["singleCoreM"]], op.m), bm), STEP_MAX + 1),
+                         np.minimum(_cdiv(np.minimum(outer[:, _F["singleCoreN"]], op.n), bn), STEP_MAX + 1),
                          _cdiv(np.minimum(outer[:, _F["singleCoreK"]], op.k), bk),
                          outer[:, _F["singleCoreK"]] < op.k], axis=1)
 
@@ -282,37 +254,88 @@ _CONV_STAGING = [_C[f] for f in ("hoL1", "kAL1", "kBL1", "pBufferFlag", "iterate
 class ConvExpander:
     """Every L1 staging of conv outer rows (hoL1 multiples, K chunks in whole windows, L1 ping-pong, order).
 
-    The legal stagings of an outer row depend only on its L0 rows, how many of them its core's rows
-    hold, its K block and (dW) its channel groups per core: each class's stagings are derived once
-    and reused, in the order
-    hoL1 multiple, kAL1, kBL1, then ping-pong (L0 always, L1 A/B enumerated) and iterate order.
+    The legal stagings of an outer row depend only on its L0 block, its rows per core and (dW) its
+    channel split: each class's stagings are derived once and reused, in the order hoL1, kAL1,
+    kBL1, then ping-pong (L0 always) and iterate order. The values, and why:
+
+    - hoL1: 1, 2, 4, 8 and 16 L0 blocks of rows, and all the rows of the core (its whole share in L1);
+    - K chunks in whole kernel windows: 1, 2, 4, 8 windows of C0 channels and the whole K panel (the
+      channel count need not be a power of two); A's and B's chunks separately, one dividing the
+      other as the kernel requires (B's weights and A's feature map are re-read at different rates);
+      dW: Cout chunks of 1, 2, 4 L0 blocks or all of Cout, channel chunks of 1, 2, 4 windows or all;
+    - L1 ping-pong of A and of B: a staging without it is kept only where the same staging with it
+      does not fit L1 (the model never runs slower with ping-pong: a dominance prune, exact).
     """
 
-    def __init__(self, op: Conv2D, filt: bool, win: int, c0: int, k_al: int) -> None:
+    def __init__(self, soc: Soc, op: Conv2D, filt: bool, win: int, c0: int, k_al: int) -> None:
+        self.op, self.l1 = op, soc.l1
         self.filt, self.win, self.k_al = filt, win, k_al
         _, c, h, _ = op.x
         self.c1_total = _cdiv(c // op.groups, c0)
         self.co_g = op.weight[0] // op.groups
         self.out_h = h if op.op_type.endswith("BackpropInput") else op.out_hw[0]
         self._classes: dict[tuple[int, ...], np.ndarray] = {}
+        self._cands: dict[tuple[int, ...], np.ndarray] = {}
+
+    def _candidates(self, key4: tuple[int, ...]) -> np.ndarray:
+        """hoL1, kAL1, kBL1 of a class before the L1 check (they depend on hoL0, rows, kL0, nDim only)."""
+        got = self._cands.get(key4)
+        if got is None:
+            ho_l0, ho_core, k_l0, n_dim = key4
+            rows_core = max(ho_core, ho_l0)
+            hm = sorted({m for m in (1, 2, 4, 8, 16) if ho_l0 * m <= rows_core} | {rows_core // ho_l0})
+            if self.filt:
+                co = _align(self.co_g, 16)
+                ka = sorted({k_l0 * m for m in (1, 2, 4) if k_l0 * m <= co} | ({co} if co % k_l0 == 0 else set()))
+                c1 = _cdiv(self.c1_total, n_dim)
+                kb = sorted({self.win * m for m in (1, 2, 4) if m <= c1} | {self.win * c1})
+                pairs = [(a, b) for a in ka for b in kb]
+            else:
+                whole = _cdiv(self.k_al, self.win) * self.win
+                ks = sorted({self.win * m for m in (1, 2, 4, 8) if self.win * m <= whole} | {whole})
+                ks = [k for k in ks if k % k_l0 == 0]
+                pairs = [(a, b) for a in ks for b in ks if a % b == 0 or b % a == 0]
+            got = self._cands[key4] = np.array([(ho_l0 * m, a, b) for m in hm for a, b in pairs],
+                                               np.int64).reshape(-1, 3)
+        return got
 
     def _stagings(self, key: tuple[int, ...]) -> np.ndarray:
         """The legal stagings of one class (rows of `_CONV_STAGING` values, in the expansion's order)."""
         got = self._classes.get(key)
         if got is None:
-            ho_l0, n_hm, k_l0, n_kb = key
-            hm = (1, 2, 4, 8)[:n_hm]
-            if self.filt:
-                ka = [k_l0 * m for m in (1, 2, 4) if k_l0 * m <= _align(self.co_g, 16)]
-                kb: list[int | None] = [self.win * m for m in (1, 2, 4)[:n_kb]]
-            else:
-                ka = [self.win * m for m in (1, 2, 4, 8)
-                      if self.win * m <= _cdiv(self.k_al, self.win) * self.win and (self.win * m) % k_l0 == 0]
-                kb = [None]     # kBL1 = kAL1
-            rows = [(ho_l0 * m, a, a if b is None else b, pb, order)
-                    for m in hm for a in ka for b in kb for pb in (28, 29, 30, 31) for order in (0, 1)]
-            got = self._classes[key] = np.array(rows, np.int64).reshape(-1, len(_CONV_STAGING))
+            self._derive([key])
+            got = self._classes[key]
         return got
+
+    def _prepare(self, keys: list[tuple[int, ...]]) -> None:
+        """Derive the classes among `keys` not derived yet, in one pass."""
+        missing = [k for k in keys if k not in self._classes]
+        if missing:
+            self._derive(missing)
+
+    def _derive(self, keys: list[tuple[int, ...]]) -> None:
+        """Derive the stagings of several classes: candidates, the L1 check of all four ping-pong
+        combinations at once, and the dominance prune (L1 bytes are linear in each operand's depth)."""
+        cands = [self._candidates(k[:4]) for k in keys]
+        counts = [len(c) for c in cands]
+        st = np.concatenate(cands) if cands else np.zeros((0, 3), np.int64)
+        kcols = np.repeat(np.array(keys, np.int64).reshape(-1, 6), counts, axis=0)
+        zero = np.zeros((len(st), 2), np.int64)
+        # single-buffered A and B bytes, and the bias: doubling a depth doubles its operand's bytes
+        a1 = conv_l1_bytes(self.op, tuple(kcols.T), np.column_stack([st, zero]), part="a")
+        b1 = conv_l1_bytes(self.op, tuple(kcols.T), np.column_stack([st, zero]), part="b")
+        rest = conv_l1_bytes(self.op, tuple(kcols.T), np.column_stack([st, zero]), part="bias")
+        f = [(1 + da) * a1 + (1 + db) * b1 + rest <= self.l1 for da in (0, 1) for db in (0, 1)]
+        f00, f01, f10, f11 = f
+        keep = np.stack([f00 & ~(f01 | f10), f01 & ~f11, f10 & ~f11, f11], axis=1)  # no ping-pong, B, A, both
+        pb = np.array([28, 30, 29, 31], np.int64)
+        r, c = np.nonzero(keep)  # row-major: each staging's kept variants in the order above
+        got = np.repeat(np.column_stack([st[r], pb[c]]), 2, axis=0)
+        got = np.column_stack([got, np.tile(np.array([0, 1], np.int64), len(r))])
+        owner = np.repeat(np.arange(len(keys)), counts)[r]
+        ends = np.cumsum(2 * np.bincount(owner, minlength=len(keys)))
+        for key, part in zip(keys, np.split(got, ends[:-1])):
+            self._classes[key] = part
 
     def __call__(self, outer: np.ndarray) -> np.ndarray:
         """Every staging of each outer row, row by row."""
@@ -327,26 +350,20 @@ class ConvExpander:
 
     def count(self, outer: np.ndarray, limit: int | None = None) -> int:
         """Size of `self(outer)` without building it."""
-        return int(_class_counts(self._keys(outer), self._stagings).sum()) if len(outer) else 0
+        return int(_class_counts(self._keys(outer), self._stagings, self._prepare).sum()) if len(outer) else 0
 
     def _keys(self, outer: np.ndarray) -> np.ndarray:
-        """The class key of each outer row: L0 rows, how many hoL1 multiples fit the core's rows, the
-        K block, how many kBL1 multiples fit the core's channel groups (dW)."""
-        ho_l0 = outer[:, _C["hoL0"]]
-        rows = np.maximum(_cdiv(self.out_h, outer[:, _C["hoDim"]]), ho_l0)
-        n_hm = sum((ho_l0 * m <= rows).astype(np.int64) for m in (1, 2, 4, 8))
-        if self.filt:
-            groups = _cdiv(self.c1_total, outer[:, _C["nDim"]])
-            n_kb = sum((m <= groups).astype(np.int64) for m in (1, 2, 4))
-        else:
-            n_kb = np.zeros(len(outer), np.int64)
-        return np.stack([ho_l0, n_hm, outer[:, _C["kL0"]], n_kb], axis=1)
+        """The class key of each outer row: L0 rows, rows per core, K block, channel split (dW), L0 width
+        and N block (see `_candidates` and `_derive`)."""
+        return np.stack([outer[:, _C["hoL0"]], _cdiv(self.out_h, outer[:, _C["hoDim"]]), outer[:, _C["kL0"]],
+                         outer[:, _C["nDim"]] if self.filt else np.zeros(len(outer), np.int64),
+                         outer[:, _C["woL0"]], outer[:, _C["nL0"]]], axis=1)
 
     def _expand(self, outer: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The stagings of each outer row, and how many each has."""
         if not len(outer):
             return outer.reshape(-1, len(CONV_FIELDS)), np.zeros(0, np.int64)
-        stagings, counts = _by_class(self._keys(outer), self._stagings)
+        stagings, counts = _by_class(self._keys(outer), self._stagings, self._prepare)
         out = np.repeat(outer, counts, axis=0)
         if len(out):
             out[:, _CONV_STAGING] = stagings

@@ -2,12 +2,16 @@
 
 - `exhaustive`: every strategy of the space (used when the space fits the budget, and as the
   reference optimum in tests and benchmarks).
-- `beam`: cost-guided. Outer choices are visited in order of a true lower bound on their time
-  (Cube work of the busiest core + launch) and priced with CANN's default staging (or, when that
-  staging is invalid, with the space's leanest staging of the same choice); an outer choice
-  whose bound cannot beat the best time found is skipped (exact pruning). The best `width` outer
-  choices then have all their inner choices priced. Deterministic; `seed` only breaks ties when
-  the budget forces sampling.
+- `best_first`: whole strategies priced in order of a true lower bound on each one's time
+  (`aoe.opat.bounds`: the kernel model's pipes with only the L2 hits of re-reads left optimistic),
+  outer choices expanded lazily in order of their own bound; with the simulator it stops, proven
+  optimal, when no strategy left is bounded below the best time. The driver for small budgets.
+- `beam`: cost-guided. Outer choices are visited in order of their lower bound and priced with
+  CANN's default staging (or, when that staging is invalid, with the space's leanest staging of
+  the same choice); an outer choice whose bound cannot beat the best time found is skipped (exact
+  pruning). The best `width` outer choices then have all their inner choices priced.
+  Deterministic; `seed` only breaks ties when the budget forces sampling.
+- `local_search`: iterated hill climbing (spaces without per-strategy bounds, tiny budgets).
 - `random_search`: uniform sampling at a budget (a baseline for benchmarks).
 
 A *measure* is any callable `(sim_op, rows) -> times_us` (inf = invalid): the simulator by default,
@@ -25,6 +29,7 @@ from ..errors import AoeError
 from ..sim import SimOp, simulate_times
 from ..soc import Soc
 from .space import FactoredSpace
+
 
 class Measure(Protocol):
     """A cost function `(op, rows) -> times_us` over a batch of strategies (inf = invalid).
@@ -412,6 +417,66 @@ def local_search(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budg
     return tr.result("local")
 
 
+def best_first(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget | None = None,
+               seed: int = 0, prune: bool = True) -> SearchResult:
+    """Whole strategies priced in order of their lower bound (`space.row_bound`), best first.
+
+    Outer choices are expanded in order of their own bound, only as far as one of them could still
+    hold a strategy whose bound is below the best unpriced one's; strategies are then priced a few at
+    a time, lowest bound first. With the simulator's bounds (`prune`) a strategy whose bound cannot
+    beat the best time is never priced, and the search stops, proven optimal, when nothing left can.
+    With another measure the bounds only order. Needs `space.row_bound`; `seed` only breaks ties.
+    """
+    budget = budget or Budget()
+    tr = _Tracker(op, measure, budget)
+    _seed(tr, space)
+    outer, lb = space.outer, space.lower_bound
+    if not len(outer) or space.row_bound is None or lb is None:
+        return tr.result("best-first")
+    rng = np.random.default_rng(seed)
+    order = np.lexsort((rng.permutation(len(outer)), lb))
+    nf = len(space.fields)
+    pool, pool_b = np.zeros((0, nf), np.int64), np.zeros(0)
+    pos, step = 0, 16  # outer choices expanded at a time (doubling: fewer, larger batches)
+    while tr.left():
+        # expand while the next outer choice could hold a strategy below the best unpriced one
+        while pos < len(order) and (not len(pool_b) or pool_b[0] >= lb[order[pos]]):
+            if prune and lb[order[pos]] >= tr.best:
+                pos = len(order)  # sorted: no outer choice left can win
+                break
+            idx = order[pos:pos + step]
+            pos, step = pos + len(idx), min(2 * step, 512)
+            rows, starts = space.expand_groups([outer[i:i + 1] for i in idx])
+            if not len(rows):
+                continue
+            # a strategy is no faster than its outer choice's bound either (the seeds' outer rows
+            # carry the launch time: their strategies keep their own bounds)
+            b = np.maximum(space.row_bound(rows), np.repeat(lb[idx], np.diff(starts)))
+            if prune:
+                keep = b < tr.best
+                rows, b = rows[keep], b[keep]
+            pool, pool_b = np.concatenate([pool, rows]), np.concatenate([pool_b, b])
+            # no more than the budget can price: the rest would come after all of those
+            o = np.argsort(pool_b, kind="stable")[: tr.left()]
+            pool, pool_b = pool[o], pool_b[o]
+        if len(pool_b) and prune and pool_b[0] >= tr.best:
+            pool, pool_b = pool[:0], pool_b[:0]  # nothing pooled can win any more
+        if not len(pool_b):
+            if pos >= len(order):
+                break  # every strategy left is bounded above the best: it is the optimum
+            continue
+        # the next few strategies, none bounded above an outer choice not expanded yet; batches grow
+        # with the evaluations spent (a few at first, where each price moves the pruning most)
+        limit = lb[order[pos]] if pos < len(order) else np.inf
+        n = max(1, min(max(8, tr.evals // 8), int(np.searchsorted(pool_b, limit, side="right"))))
+        tr.run(pool[:n])
+        pool, pool_b = pool[n:], pool_b[n:]
+        if prune and np.isfinite(tr.best):
+            keep = pool_b < tr.best
+            pool, pool_b = pool[keep], pool_b[keep]
+    return tr.result("best-first")
+
+
 def random_search(rows: np.ndarray, op: SimOp, measure: Measure, budget: Budget, seed: int = 0) -> SearchResult:
     """Uniform sampling (without replacement) of an enumerated space, at a budget."""
     tr = _Tracker(op, measure, budget)
@@ -422,19 +487,28 @@ def random_search(rows: np.ndarray, op: SimOp, measure: Measure, budget: Budget,
     return tr.result("random")
 
 
+# Budgets up to this use `best_first` (where the space has per-strategy bounds); above it the beam,
+# whose CPU cost per evaluation is far lower (a job tunes hundreds of cases at 100,000 each)
+BEST_FIRST_MAX = 20_000
+
+
 def search(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget | None = None,
            seed: int = 0, prune: bool = True) -> SearchResult:
-    """Pick the driver: exhaustive when the whole space fits the budget, else the beam search.
+    """Pick the driver: exhaustive when the whole space fits the budget; else best-first up to
+    `BEST_FIRST_MAX` evaluations (spaces with per-strategy bounds), the beam search above it.
 
-    `prune=False` when `measure` is not the simulator (its lower bound would not bind it).
+    Without per-strategy bounds (vector spaces) a budget that cannot price every outer choice once
+    climbs from CANN's default (`local_search`). `prune=False` when `measure` is not the simulator
+    (its lower bounds would not bind it: they only order).
     """
     budget = budget or Budget()
     limit = budget.evaluations if budget.evaluations is not None else 1 << 62
     # Exhaustive when the space surely fits (outer rows expand to a few dozen strategies each, so
-    # only a small outer set is worth counting exactly); the beam search otherwise.
+    # only a small outer set is worth counting exactly)
     if len(space.outer) * 8 <= limit and space.size_at_most(limit):
         return exhaustive(space, op, measure, budget)
+    if space.row_bound is not None and space.lower_bound is not None and limit <= BEST_FIRST_MAX:
+        return best_first(space, op, measure, budget, seed=seed, prune=prune)
     if limit < len(space.outer):
-        # too small a budget to even price every outer choice once: climb from CANN's default
         return local_search(space, op, measure, budget, seed=seed, prune=prune)
     return beam(space, op, measure, budget, seed=seed, prune=prune)

@@ -22,8 +22,14 @@ from ..sim import Conv2D, MatMul, SimOp, VectorOp, default_strategy, simulate_ti
 from ..sim.heuristics import CONV_FIELDS, MM_FIELDS, VEC_FIELDS
 from ..sim.ops import DTYPE_BYTES
 from ..soc import Soc
+from .bounds import (
+    conv_bound,
+    conv_dims,
+    conv_row_bound,
+    matmul_bound,
+    matmul_row_bound,
+)
 from .inner import _C, _F, MM_OUTER, ConvExpander, MatmulExpander, _align, _cdiv
-
 
 
 def _pow2(limit: int, start: int) -> list[int]:
@@ -67,6 +73,8 @@ class FactoredSpace:
     expand_many: Callable[[list[np.ndarray]], tuple[np.ndarray, np.ndarray]] | None = None
     # an expander of only one implementation class's rows (matmul: `matmul_impl_class`)
     expand_impl: Callable[[int], Any] | None = None
+    # a lower bound on each whole strategy's time (µs), at least its outer choice's (`bounds.py`)
+    row_bound: Callable[[np.ndarray], np.ndarray] | None = None
 
     def member(self, rows: np.ndarray) -> np.ndarray:
         """True for rows whose outer choice is one of the space's (inner fields are not checked)."""
@@ -134,9 +142,11 @@ def space_for(soc: Soc, op: SimOp) -> FactoredSpace:
         space = matmul_space(soc, op)
         space.repair = lambda rows: _mm_repair(op, rows)
         space.fallback = _mm_lean
+        space.row_bound = lambda rows: matmul_row_bound(soc, op, rows, _F)
     elif isinstance(op, Conv2D):
         space = conv_space(soc, op)
         space.fallback = _conv_lean
+        space.row_bound = lambda rows: conv_row_bound(soc, op, rows, _C)
     elif isinstance(op, VectorOp):
         rows = vector_space(soc, op)
         space = FactoredSpace(list(VEC_FIELDS), rows, lambda r: r, count=lambda r, limit=None: len(r))
@@ -269,8 +279,9 @@ def matmul_space(soc: Soc, op: MatMul) -> FactoredSpace:
     outer = np.concatenate(rows) if rows else np.zeros((0, len(MM_FIELDS)), np.int64)
     outer = _mm_default_inner(soc, op, outer)
     expand = MatmulExpander(soc, op)
-    return FactoredSpace(list(MM_FIELDS), outer, expand, _mm_lower_bound(soc, op, outer), expand.count,
-                         expand_many=expand.many, expand_impl=expand.only)
+    lb = np.repeat(matmul_bound(soc, op, outer[0::2], _F), 2)  # one bound per pair of iterate orders
+    return FactoredSpace(list(MM_FIELDS), outer, expand, lb, expand.count, expand_many=expand.many,
+                         expand_impl=expand.only)
 
 
 def _block_sizes(dim: int, cap: int, align: int) -> list[int]:
@@ -306,7 +317,7 @@ def _mm_default_inner(soc: Soc, op: MatMul, outer: np.ndarray) -> np.ndarray:
     # the whole K panel in L1 when it fits double-buffered (no re-reads): a block whose K does not
     # divide into 256-element chunks is judged by its real potential, not by a ragged staging
     whole = (2 * k_iter * (bm + bn) * bk * ea + (r[:, _F["baseN"]] * 4 if op.bias else 0)) <= soc.l1
-    step = np.where(whole & (k_iter <= 16), k_iter, step)
+    step = np.where(whole, k_iter, step)
     l1_db = (2 * step * (bm + bn) * bk * ea + (r[:, _F["baseN"]] * 4 if op.bias else 0)) <= soc.l1
     r[:, _F["stepKa"]] = r[:, _F["stepKb"]] = step
     r[:, _F["stepM"]] = r[:, _F["stepN"]] = 1
@@ -322,32 +333,17 @@ def _mm_default_inner(soc: Soc, op: MatMul, outer: np.ndarray) -> np.ndarray:
     return both
 
 
-def _mm_lower_bound(soc: Soc, op: MatMul, outer: np.ndarray) -> np.ndarray:
-    """Cube time of the busiest core (padding and waves included) + launch: no staging can beat it."""
-    ea = DTYPE_BYTES[op.dtype]
-    k0 = 32 // ea
-    batch = max(op.batch, op.batch_b or op.batch)
-    s_m = np.minimum(outer[:, _F["singleCoreM"]], op.m)
-    s_n = np.minimum(outer[:, _F["singleCoreN"]], op.n)
-    s_k = np.minimum(outer[:, _F["singleCoreK"]], op.k)
-    cube = (_cdiv(s_m, 16) * _cdiv(s_n, 16) * _cdiv(s_k, k0)).astype(np.float64)
-    tasks = batch * _cdiv(op.m, outer[:, _F["singleCoreM"]]) * _cdiv(op.n, outer[:, _F["singleCoreN"]]) \
-        * _cdiv(op.k, outer[:, _F["singleCoreK"]])
-    waves = _cdiv(tasks, outer[:, _F["usedCoreNum"]])
-    return soc.launch_us + waves * cube / soc.freq_mhz
-
-
 # --- conv ---------------------------------------------------------------------------------------
+
+_CONV_PIXELS = (64, 128, 256, 512)   # L0 pixel-block targets
+_CONV_ROW_SPLITS = (1, 2, 4)         # the core's rows whole or cut evenly
+
 
 def conv_space(soc: Soc, op: Conv2D) -> FactoredSpace:
     """Outer: core split x L0 block; inner: L1 staging (rows, K chunks), L1 ping-pong, iterate order."""
-    n, c, h, w = op.x
-    cout, _, kh, kw = op.weight
-    ea = DTYPE_BYTES[op.dtype]
-    c0 = 32 // ea
-    g = op.groups
-    cin_g, co_g = c // g, cout // g
-    ho, wo = op.out_hw
+    d = conv_dims(op)
+    n, h, w, kh, kw, ea, c0, g = d.n, d.h, d.w, d.kh, d.kw, d.ea, d.c0, d.g
+    cin_g, co_g, ho, wo = d.cin_g, d.co_g, d.ho, d.wo
     filt = op.op_type.endswith("BackpropFilter")
     if op.op_type.endswith("BackpropInput"):
         out_h, out_w, out_c, k_al = h, w, cin_g, _align(co_g, c0) * kh * kw
@@ -359,28 +355,53 @@ def conv_space(soc: Soc, op: Conv2D) -> FactoredSpace:
     n_units = _cdiv(cin_g, c0) if filt else _cdiv(out_c, 16)
     splits = _conv_splits(soc.cube_cores, g, n, out_h, n_units)
     gd, bd, hd, nd = splits.T
-    # L0 pixel blocks: up to four widths dividing the output row, about 64/128/256 pixels each
+    # L0 pixel blocks: up to four widths dividing the output row, with rows for about 64 to 512
+    # pixels, and the core's rows whole or cut evenly in 2 or 4 (no ragged last block)
     wo_l0s = np.array(sorted((d for d in range(1, min(out_w, 256) + 1) if out_w % d == 0), reverse=True)[:4],
                       np.int64)
     ho_core = _cdiv(out_h, hd)
-    s_i, w_i, m0 = np.meshgrid(np.arange(len(splits)), np.arange(len(wo_l0s)), np.array([64, 128, 256]),
+    s_i, w_i, m0 = np.meshgrid(np.arange(len(splits)), np.arange(len(wo_l0s)), np.array(_CONV_PIXELS),
                                indexing="ij")
     s_i, wo_l0, m0 = s_i.ravel(), wo_l0s[w_i.ravel()], m0.ravel()
     ho_l0 = np.maximum(1, np.minimum(ho_core[s_i], m0 // wo_l0))
-    keep = ho_l0 * wo_l0 <= 512
-    # distinct (split, hoL0, woL0): several m0 collapse onto the same block when hoL0 is clipped
+    s_e, w_e, j_e = np.meshgrid(np.arange(len(splits)), np.arange(len(wo_l0s)), np.array(_CONV_ROW_SPLITS),
+                                indexing="ij")
+    s_i = np.concatenate([s_i, s_e.ravel()])
+    wo_l0 = np.concatenate([wo_l0, wo_l0s[w_e.ravel()]])
+    ho_l0 = np.concatenate([ho_l0, _cdiv(ho_core[s_e.ravel()], j_e.ravel())])
+    # the L0 buffers (ping-pong on, as every staging of the space has it) bound the pixels of a block
+    if filt:  # dW: the pixels are the K of both L0 operands (16 rows of each at least)
+        pix_al = _cdiv(ho_l0 * wo_l0, c0) * c0
+        keep = pix_al * 16 * ea * 2 <= min(soc.l0a, soc.l0b)
+    else:     # the M of L0A (K at least C0) and of L0C (16 channels at least, fp32)
+        pix_al = _cdiv(ho_l0 * wo_l0, 16) * 16
+        keep = (pix_al * c0 * ea * 2 <= soc.l0a) & (pix_al * 16 * 4 * 2 <= soc.l0c)
+    # distinct (split, hoL0, woL0): several targets collapse onto the same block when hoL0 is clipped
     key = np.unique((s_i[keep] * 4096 + ho_l0[keep]) * 4096 + wo_l0[keep])
     s_i, ho_l0, wo_l0 = key // (4096 * 4096), key // 4096 % 4096, key % 4096
+    # kL0 / nL0: powers of two and the whole per-core extent or an even split of it (`_block_sizes`)
     if filt:
-        k_l0s = np.array([v for v in (16, 32, 64, 128) if v <= _align(co_g, 16)], np.int64)
-        n_l0s = np.array([16, 32, 64, 128], np.int64)
+        k_l0s = np.array(_block_sizes(_align(co_g, 16), 128, 16), np.int64)
         n_cap = -(-_cdiv(_align(cin_g, c0) * kh * kw, nd[s_i]) // 16) * 16
+        n_max = 128
     else:
         k_l0s = np.array([v for v in _pow2(8 * c0, c0) if v <= k_al], np.int64)
-        n_l0s = np.array([16, 32, 64, 128, 256], np.int64)
         n_cap = -(-_cdiv(out_c, nd[s_i]) // 16) * 16
-    ok = np.broadcast_to((n_l0s[None, None, :] <= n_cap[:, None, None]), (len(s_i), len(k_l0s), len(n_l0s)))
-    bi, ki, ni = np.nonzero(ok)
+        n_max = 256
+    parts = []
+    for cap in np.unique(n_cap).tolist():
+        n_l0s = np.array(_block_sizes(cap, n_max, 16), np.int64)
+        bi, ki, ni = np.nonzero(np.broadcast_to(n_cap[:, None, None] == cap, (len(s_i), len(k_l0s), len(n_l0s))))
+        parts.append(np.stack([bi, k_l0s[ki], n_l0s[ni]], axis=1))
+    bi, kl, nl = np.concatenate(parts).T if parts else (np.zeros(0, np.int64),) * 3
+    pix = ho_l0[bi] * wo_l0[bi]
+    if filt:  # dW: M = Cout (kL0), N = channels x window (nL0), K = pixels
+        pk = _cdiv(pix, c0) * c0
+        fit = (kl * pk * ea * 2 <= soc.l0a) & (nl * pk * ea * 2 <= soc.l0b) & (kl * nl * 4 * 2 <= soc.l0c)
+    else:     # M = pixels, N = output channels (nL0), K = kL0
+        pm = _cdiv(pix, 16) * 16
+        fit = (pm * kl * ea * 2 <= soc.l0a) & (nl * kl * ea * 2 <= soc.l0b) & (pm * nl * 4 * 2 <= soc.l0c)
+    bi, kl, nl = bi[fit], kl[fit], nl[fit]
     si = s_i[bi]
     rows = np.zeros((len(bi), len(CONV_FIELDS)), np.int64)
     rows[:, _C["batchDim"]], rows[:, _C["hoDim"]], rows[:, _C["nDim"]], rows[:, _C["groupDim"]] = \
@@ -388,23 +409,13 @@ def conv_space(soc: Soc, op: Conv2D) -> FactoredSpace:
     rows[:, _C["hoL1"]] = rows[:, _C["hoL0"]] = ho_l0[bi]
     rows[:, _C["woL1"]] = out_w
     rows[:, _C["woL0"]] = wo_l0[bi]
-    rows[:, _C["kL0"]], rows[:, _C["nL0"]] = k_l0s[ki], n_l0s[ni]
+    rows[:, _C["kL0"]], rows[:, _C["nL0"]] = kl, nl
     outer = rows[np.lexsort(rows.T[::-1])]  # lexicographic order (ties of the bound break the same way)
     # default inner: smallest L1 staging that is legal, full ping-pong
     outer = _conv_default_inner(soc, op, outer, filt, win, c0, k_al)
-    # Cube work of the busiest core (padding to 16 / C0 included): no staging can go below it
-    gd, bd, hd, nd = (outer[:, _C[f]] for f in ("groupDim", "batchDim", "hoDim", "nDim"))
-    if filt:
-        m = np.full(len(outer), _align(co_g, 16)) // 16
-        n_ = _cdiv(_cdiv(cin_g, c0), nd) * kh * kw * c0 / 16
-        k_ = _cdiv(n, bd) * _cdiv(ho, hd) * wo / c0
-    else:
-        m = _cdiv(_cdiv(n, bd) * _cdiv(out_h, hd) * out_w, 16)
-        n_ = _cdiv(_cdiv(out_c, nd) * 1, 16)
-        k_ = np.full(len(outer), k_al // c0)
-    cube = m * n_ * k_ * _cdiv(g, gd)
-    lb = soc.launch_us + cube.astype(np.float64) / soc.freq_mhz
-    expand = ConvExpander(op, filt, win, c0, k_al)
+    # no staging of an outer row can go below it (rows come in pairs, one per iterate order: one bound)
+    lb = np.repeat(conv_bound(soc, op, outer[0::2], _C), 2)
+    expand = ConvExpander(soc, op, filt, win, c0, k_al)
     return FactoredSpace(list(CONV_FIELDS), outer, expand, lb, expand.count, expand_many=expand.many)
 
 

@@ -67,7 +67,7 @@ def _restricted(space: FactoredSpace, keep: Callable[[np.ndarray], np.ndarray],
     if members is not None:
         return FactoredSpace(space.fields, outer[mask], members, lb, upper_size=space.upper_size,
                              seeds=seeds if seeds is not None and len(seeds) else None, parent=space,
-                             expand_many=members.many)
+                             expand_many=members.many, row_bound=space.row_bound)
 
     def many(groups: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         rows, bounds = space.expand_groups(groups)
@@ -81,7 +81,7 @@ def _restricted(space: FactoredSpace, keep: Callable[[np.ndarray], np.ndarray],
     # a restricted space is at most as large as the full one (exact size would need filtering)
     return FactoredSpace(space.fields, outer[mask], lambda o: _filter(space.expand(o), keep), lb,
                          upper_size=space.upper_size, seeds=seeds if seeds is not None and len(seeds) else None,
-                         parent=space, expand_many=many)
+                         parent=space, expand_many=many, row_bound=space.row_bound)
 
 
 def _filter(rows: np.ndarray, keep: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
