@@ -227,7 +227,7 @@ def beam(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget | Non
         by_bound = by_bound[:width] if width is not None else by_bound
     queues = [by_time] + ([by_bound] if by_bound is not None else [])
     turns = [0, 1][: len(queues)]  # a group by priced time, then one by bound
-    _expand_best_first(tr, space, _Queues(queues, lb, len(outer)), turns,
+    _expand_in_turns(tr, space, _Queues(queues, lb, len(outer)), turns,
                        speculate=isinstance(measure, SimulatorMeasure))
     return tr.result("beam")
 
@@ -266,7 +266,7 @@ class _Queues:
         return group
 
 
-def _expand_best_first(tr: _Tracker, space: FactoredSpace, queues: _Queues, turns: list[int],
+def _expand_in_turns(tr: _Tracker, space: FactoredSpace, queues: _Queues, turns: list[int],
                        speculate: bool) -> None:
     """Expand groups of outer choices, the queues taking turns, until the budget or the queues run out.
 
