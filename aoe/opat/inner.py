@@ -1,4 +1,4 @@
-"""The inner choices of an outer choice: the staging template and the expanders that enumerate them.
+"""The inner choices of an outer choice: the expanders that enumerate them (the matmul template: `stagings.py`).
 
 An outer choice of a Schedule space (`space.py`) fixes the shape of the work: a matmul's core split
 and base block, a convolution's core split and L0 block. Its inner choices only decide how that work
