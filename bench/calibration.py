@@ -19,6 +19,8 @@ from aoe.soc import load_soc
 
 def main() -> None:
     """Run the three calibration cases and print their figures."""
+    from job_bench import machine  # the bench folder's shared helper (date, CPU model)
+
     soc = load_soc("Ascend910B2")
     peak = soc.peak_flops["float16"]
     big = sim.MatMul(m=8192, n=8192, k=8192)
@@ -31,7 +33,7 @@ def main() -> None:
     add = sim.simulate(soc, sim.VectorOp("Add", (128 * 1024 * 1024,)))
     small = sim.simulate(soc, sim.MatMul(m=128, n=128, k=128))
     print(json.dumps({
-        "bench": "calibration", "soc": soc.name,
+        "bench": "calibration", **machine(), "soc": soc.name,
         "matmul_8192_best_frac_of_peak": round(best.tflops * 1e12 / peak, 4),
         "matmul_8192_best_us": round(best_us, 1), "matmul_8192_best_bound": best.bound,
         "matmul_8192_default_frac_of_peak": round(default.tflops * 1e12 / peak, 4),

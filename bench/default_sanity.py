@@ -122,7 +122,9 @@ def main() -> None:
     def label(c: OpCase) -> str:
         return f"{c.op_type} {c.default.sim_op!r}"[:260]
 
-    out: dict = {"bench": "default_sanity", "budget": args.budget, "cases": len(cases),
+    from job_bench import machine  # the bench folder's shared helper (date, CPU model)
+
+    out: dict = {"bench": "default_sanity", **machine(), "budget": args.budget, "cases": len(cases),
                  "cases_by_family": {f: sum(c.family == f for c in cases) for f in ("matmul", "conv", "vector")}}
     outliers, per_type = {}, {}
     for soc in socs:

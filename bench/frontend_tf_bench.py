@@ -64,8 +64,10 @@ def main() -> None:
 
     from aoe.graph.tf import training_graph
 
-    out: dict[str, Any] = {"bench": "frontend_tf", "budget": args.budget, "tensorflow": tf.__version__,
-                           "cpus": os.cpu_count(), "models": {}}
+    from job_bench import machine  # the bench folder's shared helper (date, CPU model)
+
+    out: dict[str, Any] = {"bench": "frontend_tf", **machine(), "budget": args.budget, "tensorflow": tf.__version__,
+                           "models": {}}
     for name, (build, spec, zoo, shape) in _models(args.quick).items():
         model = build()
         model.optimizer.build(model.trainable_variables)

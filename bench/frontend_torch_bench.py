@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -57,8 +56,10 @@ def main() -> None:
     import aoe.torch
 
     torch.manual_seed(0)
-    out: dict[str, Any] = {"bench": "frontend_torch", "budget": args.budget, "torch": torch.__version__,
-                           "cpus": os.cpu_count(), "models": {}}
+    from job_bench import machine  # the bench folder's shared helper (date, CPU model)
+
+    out: dict[str, Any] = {"bench": "frontend_torch", **machine(), "budget": args.budget, "torch": torch.__version__,
+                           "models": {}}
     for name, (build, inputs, zoo, shape) in _models(args.quick).items():
         model = build()
         row: dict[str, Any] = {"shape": shape}

@@ -133,8 +133,9 @@ def run(rounds: int, jobs: int, seed: int, base: Path, budget: int = 2000) -> di
     (base / "work").mkdir(exist_ok=True)
     (base / "aoe.ini").write_text("tuning_parallel_num = 2\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AOE_", "ASCEND_", "TUNE_", "RANK_"))}
+    # the built-in bank set aside: every job tunes, so a kill finds work in flight
     env.update(TUNE_BANK_PATH=str(base / "bank"), AOE_LOCK_DIR=str(base / "locks"), AOE_SEARCH_BUDGET=str(budget),
-               ASCEND_WORK_PATH=str(base / "work"), HOME=str(base))
+               ASCEND_WORK_PATH=str(base / "work"), HOME=str(base), AOE_BUILTIN_BANK="off")
     hostile = hostile_inputs(base / "hostile")
     c0, w0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     models: set[str] = set()
@@ -153,7 +154,7 @@ def run(rounds: int, jobs: int, seed: int, base: Path, budget: int = 2000) -> di
         procs = [_aoe(base, dict(env, ASCEND_DEVICE_ID=str(j)), *s) for j, s in enumerate(specs)]
         t.c["jobs"] += len(procs)
         victim = rng.randrange(jobs)
-        time.sleep(rng.uniform(0.5, 4.0))
+        time.sleep(rng.uniform(0.2, 2.0))  # jobs take a second or a few: most kills land mid-run
         vp = procs[victim]
         if vp.poll() is None:
             workers = _descendants(vp.pid)
