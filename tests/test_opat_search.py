@@ -432,3 +432,12 @@ def test_conv_core_splits_are_the_distinct_effective_ones():
     want = {s for s in want if load[s] <= 2 * min(load.values())}
     got = {tuple(int(v) for v in r) for r in _conv_splits(cores, g, n, out_h, units)}
     assert got == want
+
+
+@pytest.mark.parametrize("n,ties", [(1, True), (7, True), (5000, True), (5000, False)])
+def test_bound_order_is_the_lexsort_of_bound_then_seeded_key(n, ties):
+    from aoe.opat.search import _by_bound
+
+    lb = np.random.default_rng(n).integers(0, 20 if ties else 10**9, n).astype(float)
+    want = np.lexsort((np.random.default_rng(5).permutation(n), lb))
+    assert np.array_equal(_by_bound(lb, np.random.default_rng(5)), want)

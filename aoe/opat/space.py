@@ -410,7 +410,9 @@ def conv_space(soc: Soc, op: Conv2D) -> FactoredSpace:
     rows[:, _C["woL1"]] = out_w
     rows[:, _C["woL0"]] = wo_l0[bi]
     rows[:, _C["kL0"]], rows[:, _C["nL0"]] = kl, nl
-    outer = rows[np.lexsort(rows.T[::-1])]  # lexicographic order (ties of the bound break the same way)
+    # lexicographic order (ties of the bound break the same way); a column equal in every row orders nothing
+    varying = [j for j in range(rows.shape[1]) if len(rows) and rows[:, j].min() != rows[:, j].max()]
+    outer = rows[np.lexsort(rows[:, varying[::-1]].T)] if varying else rows
     # default inner: smallest L1 staging that is legal, full ping-pong
     outer = _conv_default_inner(soc, op, outer, filt, win, c0, k_al)
     # no staging of an outer row can go below it (rows come in pairs, one per iterate order: one bound)
