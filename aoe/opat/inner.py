@@ -19,19 +19,12 @@ from ..sim import Conv2D, MatMul
 from ..sim.heuristics import CONV_FIELDS, MM_FIELDS
 from ..sim.ops import DTYPE_BYTES
 from ..soc import Soc
-from .bounds import conv_l1_bytes
+from .bounds import _al as _align
+from .bounds import _cdiv, conv_l1_bytes
 from .stagings import MM_INNER, STEP_MAX, UP_A, UP_B, k_stagings
 
 _F = {name: i for i, name in enumerate(MM_FIELDS)}
 _C = {name: i for i, name in enumerate(CONV_FIELDS)}
-
-
-def _cdiv(a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray | int:
-    return -(-a // b)
-
-
-def _align(a: int, b: int) -> int:
-    return -(-a // b) * b
 
 
 MM_OUTER = [_F[f] for f in ("usedCoreNum", "singleCoreM", "singleCoreN", "singleCoreK", "baseM", "baseN", "baseK")]
@@ -319,12 +312,10 @@ class ConvExpander:
         cands = [self._candidates(k[:4]) for k in keys]
         counts = [len(c) for c in cands]
         st = np.concatenate(cands) if cands else np.zeros((0, 3), np.int64)
-        kcols = np.repeat(np.array(keys, np.int64).reshape(-1, 6), counts, axis=0)
-        zero = np.zeros((len(st), 2), np.int64)
+        kcols = tuple(np.repeat(np.array(keys, np.int64).reshape(-1, 6), counts, axis=0).T)
+        single = np.column_stack([st, np.zeros((len(st), 2), np.int64)])  # no ping-pong, order 0
         # single-buffered A and B bytes, and the bias: doubling a depth doubles its operand's bytes
-        a1 = conv_l1_bytes(self.op, tuple(kcols.T), np.column_stack([st, zero]), part="a")
-        b1 = conv_l1_bytes(self.op, tuple(kcols.T), np.column_stack([st, zero]), part="b")
-        rest = conv_l1_bytes(self.op, tuple(kcols.T), np.column_stack([st, zero]), part="bias")
+        a1, b1, rest = (conv_l1_bytes(self.op, kcols, single, part=p) for p in ("a", "b", "bias"))
         f = [(1 + da) * a1 + (1 + db) * b1 + rest <= self.l1 for da in (0, 1) for db in (0, 1)]
         f00, f01, f10, f11 = f
         keep = np.stack([f00 & ~(f01 | f10), f01 & ~f11, f10 & ~f11, f11], axis=1)  # no ping-pong, B, A, both

@@ -64,11 +64,6 @@ def _restricted(space: FactoredSpace, keep: Callable[[np.ndarray], np.ndarray],
     lb = space.lower_bound[mask] if space.lower_bound is not None else None
     seeds = space.seeds[keep(space.seeds)] if space.seeds is not None and len(space.seeds) else None
 
-    if members is not None:
-        return FactoredSpace(space.fields, outer[mask], members, lb, upper_size=space.upper_size,
-                             seeds=seeds if seeds is not None and len(seeds) else None, parent=space,
-                             expand_many=members.many, row_bound=space.row_bound)
-
     def many(groups: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         rows, bounds = space.expand_groups(groups)
         if not len(rows):
@@ -78,10 +73,12 @@ def _restricted(space: FactoredSpace, keep: Callable[[np.ndarray], np.ndarray],
         np.cumsum(ok, out=kept[1:])
         return rows[ok], kept[bounds]
 
+    expand, expand_many = (members, members.many) if members is not None else \
+        (lambda o: _filter(space.expand(o), keep), many)
     # a restricted space is at most as large as the full one (exact size would need filtering)
-    return FactoredSpace(space.fields, outer[mask], lambda o: _filter(space.expand(o), keep), lb,
-                         upper_size=space.upper_size, seeds=seeds if seeds is not None and len(seeds) else None,
-                         parent=space, expand_many=many, row_bound=space.row_bound)
+    return FactoredSpace(space.fields, outer[mask], expand, lb, upper_size=space.upper_size,
+                         seeds=seeds if seeds is not None and len(seeds) else None, parent=space,
+                         expand_many=expand_many, row_bound=space.row_bound)
 
 
 def _filter(rows: np.ndarray, keep: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
