@@ -266,7 +266,7 @@ class _Queues:
 
 
 def _expand_in_turns(tr: _Tracker, space: FactoredSpace, queues: _Queues, turns: list[int],
-                       speculate: bool) -> None:
+                     speculate: bool) -> None:
     """Expand groups of outer choices, the queues taking turns, until the budget or the queues run out.
 
     Which group comes next depends on the best time so far (the bound prunes), so groups are priced
