@@ -29,8 +29,9 @@ import warnings
 from operator import itemgetter
 from typing import Any, Callable
 
+from .. import _sim
 from . import jsonl
-from .schema import KNOWLEDGE_MAX, MAX_PERF_US, BankKeyError, OpSchema
+from .schema import KNOWLEDGE_MAX, MAX_PERF_US, BankKeyError, OpSchema, _attrs_bytes
 
 HashFn = Callable[[bytes], int]
 Key = tuple[int, bytes]  # (index id, packed key): one case
@@ -201,6 +202,20 @@ def record_checker(op_type: str, schema: OpSchema, hash_fn: HashFn) -> Callable[
     return check
 
 
+_ATTRS_PACKED: dict[bytes, bytes] = {}  # attrs JSON text -> packed canonical attrs (native_checker's cache)
+_scan, _case = _sim.bank_scan, _sim.bank_case
+SLOW: Any = object()  # `resolve_fast`: not the usual case, nothing done
+
+
+def native_checker(op_type: str, schema: OpSchema) -> Any:
+    """The native one-pass check of `op_type`'s lines (`_sim.bank_scan(spec, line)`): the case of a line
+    in aoe's exact layout that passes every rule of `record_checker`, else None (the line then takes
+    the Python path, which decides it). Vector attrs are packed by `schema._attrs_bytes`, once per text."""
+    return _sim.bank_spec(op_type, schema.family == "vector", list(schema.key_fields),
+                          list(schema.knowledge_fields), KNOWLEDGE_MAX, MAX_PERF_US, _ATTRS_PACKED,
+                          lambda attrs: _attrs_bytes(op_type, attrs))
+
+
 class OpFile:
     """The index of one bank file: case (id, packed key) -> line of its winning record, built lazily.
 
@@ -218,6 +233,7 @@ class OpFile:
         self.lines, self.op_type, self.schema, self.hash_fn, self.source = (
             lines, op_type, schema, hash_fn, source)
         self.check = record_checker(op_type, schema, hash_fn)
+        self.spec = native_checker(op_type, schema)
         self.index: dict[Key, int] = {}  # case -> line of its winning (last) record
         self.first: dict[Key, int] = {}  # case -> its first line
         self.multi: set[Key] = set()  # cases with more than one line
@@ -304,6 +320,27 @@ class OpFile:
         if len(self.lines.problems) > self.reported:
             self._warn()
 
+    def resolve_fast(self, h: int, packed: bytes) -> Entry | None | object:
+        """`resolve(h)` then `get(h, packed)` for the usual first question about an id — one line filed
+        under `h`, in aoe's layout, passing every rule: checked and cached in one native pass
+        (`bank_scan`), indexed with the stores `_index_line` makes for the first line of a new case.
+        SLOW (nothing done) for any other; the caller holds the bank's lock."""
+        i = self.pending.get(h)
+        if type(i) is int:
+            lines = self.lines
+            raw = lines.raw
+            # (the line: from the tuple of those read in one go, without BulkLines' Python indexing)
+            c = _scan(self.spec, raw.bulk[i] if type(raw) is jsonl.BulkLines and i < len(raw.bulk) else raw[i])
+            if c is not None and c[1] == h and lines.recs[i] is _UNPARSED and h not in self.hits:
+                k = (h, c[0])
+                lines.recs[i] = k
+                self.index[k] = self.first[k] = i
+                self.hits[h] = c  # (before the pending entry goes: a reader that sees neither misses)
+                self.done.add(h)
+                del self.pending[h]
+                return entry_of(self.op_type, self.source, c) if c[0] == packed else None
+        return SLOW
+
     def settle(self) -> None:
         """Resolve every id filed with several lines: `dups` is then exact."""
         for h in list(self.pending_multi):
@@ -317,14 +354,20 @@ class OpFile:
     def _index_line(self, i: int, expect: int | None) -> Key | None:
         recs = self.lines.recs
         rec, line = recs[i], self.lines.raw[i]
+        c = None
         if rec is _UNPARSED:
-            try:
-                rec = _loads(line)
-            except _JSONError:
-                return self._damaged(i, "not valid JSON (corrupt or truncated line)")
-        k = self.check(rec)
-        if type(k) is str:
-            return self._damaged(i, k)
+            c = _scan(self.spec, line)  # aoe's own layout, every rule passed: its case in one native pass
+            if c is None:
+                try:
+                    rec = _loads(line)
+                except _JSONError:
+                    return self._damaged(i, "not valid JSON (corrupt or truncated line)")
+        if c is not None:
+            k = (c[1], c[0])
+        else:
+            k = self.check(rec)
+            if type(k) is str:
+                return self._damaged(i, k)
         if expect is not None and k[0] != expect:
             return self._damaged(i, "its 'id' member is given twice (the record is ambiguous)")
         recs[i] = k  # a usable line now holds its case; the record lives in the entry (if it wins)
@@ -342,7 +385,10 @@ class OpFile:
             if i < w:
                 return k  # type: ignore[return-value]  # an older line of the case: not the winner
             self.index[k] = i  # type: ignore[index]
-        self._set_hit(k[0], case_of(rec, line, k[1]))  # type: ignore[index,arg-type]
+        if c is None:  # (the case the native pass would have made: an untracked tuple)
+            c = _case(k[1], rec["id"], rec.get("version", RECORD_VERSION), rec["knowledge"],  # type: ignore[index]
+                      rec.get("aoe") or {}, line)
+        self._set_hit(k[0], c)  # type: ignore[index]
         return k  # type: ignore[return-value]
 
     def _set_hit(self, h: int, c: Case) -> None:

@@ -35,13 +35,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
+from .. import _sim
 from ..errors import AoeError
 from . import jsonl
-from .opfile import RECORD_VERSION, Entry, OpFile, _perf, entry_of, shape_check
+from .opfile import RECORD_VERSION, SLOW, Entry, OpFile, _perf, entry_of, shape_check
 from .paths import check_dir, check_name, core_num_for, ensure_dir, inside
 from .schema import MAX_PERF_US, BankKeyError, schema_for
 
 HashFn = Callable[[bytes], int]
+_pack, _unchanged = _sim.bank_pack, _sim.bank_unchanged
 BUILTIN_ROOT = Path(__file__).resolve().parent / "builtin"
 _CONTAINERS = (dict, list)
 
@@ -192,12 +194,8 @@ class OpBank:
                 return hit[2]
             fd = hit[3]
             if fd is not None:
-                try:
-                    st = os.fstat(fd)
-                    if st.st_nlink and (st.st_mtime_ns, st.st_size, st.st_ino) == hit[1]:
-                        return hit[2]
-                except OSError:
-                    pass
+                if _unchanged(fd, hit[1]):  # fstat: a link left and the same (mtime_ns, size, inode)
+                    return hit[2]
             elif jsonl.current_signature(hit[0]) == hit[1]:
                 return hit[2]
         with self._mutex:
@@ -209,19 +207,26 @@ class OpBank:
     def lookup(self, op_type: str, key: Mapping[str, Any]) -> Entry | None:
         """The stored strategy of one case, or None; a hit needs the id and the whole key to match."""
         f = self.file(op_type)
-        schema = f.schema
-        try:
-            packed = schema.pack(op_type, key)
-        except BankKeyError:  # friendly input (names, defaults): canonicalise, then pack
-            packed = schema.pack(op_type, schema.canonical_key(op_type, key))
+        packed = _pack(f.spec, key)  # an exact dict of plain values, natively; None: anything else
+        if packed is None:
+            schema = f.schema
+            try:
+                packed = schema.pack(op_type, key)
+            except BankKeyError:  # friendly input (names, defaults): canonicalise, then pack
+                packed = schema.pack(op_type, schema.canonical_key(op_type, key))
         h = self.hash_fn(packed)
         v = f.hits.get(h)  # (the body of f.get(h, packed), inline: this is the hot path)
         if v is None:
-            if h not in f.pending:
+            if h in f.pending:
+                with self._mutex:  # the first question about this id: parse and check its lines
+                    e = f.resolve_fast(h, packed)
+                    if e is not SLOW:
+                        return e
+                    f.resolve(h)  # (called from here: its warnings name the caller of `lookup`)
+                return f.get(h, packed)
+            v = f.hits.get(h)  # (resolved by another thread between the two probes?)
+            if v is None:
                 return None
-            with self._mutex:  # the first question about this id: parse and check its lines
-                f.resolve(h)
-            return f.get(h, packed)
         if type(v) is tuple:
             return entry_of(op_type, f.source, v) if v[0] == packed else None
         return f.get(h, packed)
