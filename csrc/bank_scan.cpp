@@ -680,6 +680,22 @@ PyObject* bank_pack(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     Py_RETURN_NONE;
 }
 
+// Whether fstat(fd) shows the signature (mtime_ns, size, ino) and a link left (-1: an error is set).
+int same_file(long fd, PyObject* sig) {
+    if (!PyTuple_CheckExact(sig) || PyTuple_GET_SIZE(sig) != 3) return 0;
+    struct stat st;
+    if (fd < 0 || fd > INT_MAX || fstat(int(fd), &st) != 0 || st.st_nlink == 0) return 0;
+    const long long want[3] = {static_cast<long long>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec,
+                               static_cast<long long>(st.st_size), static_cast<long long>(st.st_ino)};
+    for (int i = 0; i < 3; ++i) {
+        int overflow = 0;
+        const long long got = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(sig, i), &overflow);
+        if (got == -1 && PyErr_Occurred()) return -1;
+        if (overflow != 0 || got != want[i]) return 0;
+    }
+    return 1;
+}
+
 // bank_unchanged(fd, (mtime_ns, size, ino)) -> True when fstat(fd) shows that signature and the
 // file still has a link (what `OpBank.file` checks on every call, without building a stat_result).
 PyObject* bank_unchanged(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -689,18 +705,73 @@ PyObject* bank_unchanged(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     }
     const long fd = PyLong_AsLong(args[0]);
     if (fd == -1 && PyErr_Occurred()) return nullptr;
-    struct stat st;
-    if (fd < 0 || fd > INT_MAX || fstat(int(fd), &st) != 0 || st.st_nlink == 0) Py_RETURN_FALSE;
-    const long long want[3] = {static_cast<long long>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec,
-                               static_cast<long long>(st.st_size), static_cast<long long>(st.st_ino)};
-    for (int i = 0; i < 3; ++i) {
-        int overflow = 0;
-        const long long got = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(args[1], i), &overflow);
-        if (got == -1 && PyErr_Occurred()) return nullptr;
-        if (overflow != 0 || got != want[i]) Py_RETURN_FALSE;
-    }
-    Py_RETURN_TRUE;
+    const int same = same_file(fd, args[1]);
+    if (same < 0) return nullptr;
+    return PyBool_FromLong(same);
 }
+
+// bank_probe(spec, fd, signature, key, hash_fn, hits) -> the cached case of the key, or (id, packed
+// key) when the id holds no case with that key (a miss, a first lookup, a collision), or None when
+// the Python path must answer (fstat shows a changed file, or the key is not an exact dict of plain
+// values). fd -1: the file is not re-validated (package data). The body of `OpBank.lookup` for
+// the usual call, in one native call; hash_fn's exceptions propagate as from the Python path.
+PyObject* bank_probe(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 6 || !PyCapsule_CheckExact(args[0]) || !PyLong_CheckExact(args[1]) || !PyDict_CheckExact(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "bank_probe(spec, fd, signature, key, hash_fn, hits)");
+        return nullptr;
+    }
+    auto* sp = static_cast<Spec*>(PyCapsule_GetPointer(args[0], kCapsule));
+    if (sp == nullptr) return nullptr;
+    const long fd = PyLong_AsLong(args[1]);
+    if (fd == -1 && PyErr_Occurred()) return nullptr;
+    if (fd != -1) {
+        const int same = same_file(fd, args[2]);
+        if (same < 0) return nullptr;
+        if (same == 0) Py_RETURN_NONE;
+    }
+    Packed out;
+    if (!pack_query(*sp, args[3], out)) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject* packed = out.bytes();
+    if (packed == nullptr) return nullptr;
+    PyObject* h = PyObject_CallOneArg(args[4], packed);
+    if (h == nullptr) {
+        Py_DECREF(packed);
+        return nullptr;
+    }
+    PyObject* v = PyDict_GetItemWithError(args[5], h);  // borrowed
+    if (v == nullptr && PyErr_Occurred()) {
+        Py_DECREF(packed);
+        Py_DECREF(h);
+        return nullptr;
+    }
+    if (v != nullptr && PyTuple_CheckExact(v) && PyTuple_GET_SIZE(v) == 6) {
+        PyObject* k = PyTuple_GET_ITEM(v, 0);
+        if (PyBytes_CheckExact(k) && PyBytes_GET_SIZE(k) == PyBytes_GET_SIZE(packed) &&
+            std::memcmp(PyBytes_AS_STRING(k), PyBytes_AS_STRING(packed), size_t(PyBytes_GET_SIZE(k))) == 0) {
+            Py_DECREF(packed);
+            Py_DECREF(h);
+            Py_INCREF(v);
+            return v;
+        }
+    }
+    PyObject* r = PyTuple_New(2);
+    if (r == nullptr) {
+        Py_DECREF(packed);
+        Py_DECREF(h);
+        return nullptr;
+    }
+    PyTuple_SET_ITEM(r, 0, h);
+    PyTuple_SET_ITEM(r, 1, packed);
+    return r;
+}
+
+PyMethodDef kProbeDef = {
+    "bank_probe", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(bank_probe)), METH_FASTCALL,
+    "bank_probe(spec, fd, signature, key, hash_fn, hits) -> the cached case, (id, packed key) to look "
+    "further, or None (the Python path answers)."};
 
 PyMethodDef kPackDef = {"bank_pack", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(bank_pack)),
                         METH_FASTCALL,
@@ -760,7 +831,7 @@ void add_function(py::module_& m, PyMethodDef* def) {
 
 }  // namespace
 
-// Called from the module definition (bindings.cpp): adds `bank_spec`, `bank_scan`, `bank_case`, `bank_pack`, `bank_unchanged`.
+// Called from the module definition (bindings.cpp): adds `bank_spec`, `bank_scan`, `bank_case`, `bank_pack`, `bank_unchanged`, `bank_probe`.
 void register_bank_scan(py::module_& m) {
     m.def("bank_spec", &bank_spec, py::arg("op"), py::arg("vector"), py::arg("key_fields"),
           py::arg("knowledge_fields"), py::arg("know_max"), py::arg("perf_max"), py::arg("attrs_cache"),
@@ -770,4 +841,5 @@ void register_bank_scan(py::module_& m) {
     add_function(m, &kCaseDef);
     add_function(m, &kPackDef);
     add_function(m, &kUnchangedDef);
+    add_function(m, &kProbeDef);
 }

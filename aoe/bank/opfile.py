@@ -221,8 +221,8 @@ class OpFile:
 
     Indexing by the pair makes the hit rule literal: a lookup hits only a record whose id AND whole
     packed key equal the query's, so a hash collision is never a hit, and the last line of a case
-    wins. Resolution may run in any order, so each case keeps its last line (`index`) and its first
-    (`first`, where compaction puts the winner) by line number. `lines.recs[i]` is UNPARSED (filed),
+    wins. Resolution may run in any order, so each case keeps its last line (`index`) and, once it
+    has several, its first (`first`, where compaction puts the winner) by line number. `lines.recs[i]` is UNPARSED (filed),
     None (damaged) or the line's case (a usable record; the record itself lives in the case's
     `Entry` when the line wins). Not thread-safe: the bank serialises every call that resolves or
     extends.
@@ -235,13 +235,16 @@ class OpFile:
         self.check = record_checker(op_type, schema, hash_fn)
         self.spec = native_checker(op_type, schema)
         self.index: dict[Key, int] = {}  # case -> line of its winning (last) record
-        self.first: dict[Key, int] = {}  # case -> its first line
+        # case -> its first line, for the cases with several lines (of the others it is `index`'s line)
+        self.first: dict[Key, int] = {}
         self.multi: set[Key] = set()  # cases with more than one line
         self.superseded: set[int] = set()  # lines of usable records that are not their case's first line
         self.pending: dict[int, int | list[int]] = {}  # id -> its filed line(s), not parsed yet
         self.pending_extra = 0  # filed lines beyond one per id: duplicates (or collisions) to come
         self.pending_multi: set[int] = set()  # the ids filed with several lines
-        self.done: set[int] = set()  # resolved ids: a new line of one is indexed at once
+        # resolved ids: a new line of one is indexed at once (an id with a cached case — in `hits` — is
+        # resolved too: `resolve_fast` does not add it here)
+        self.done: set[int] = set()
         # id -> the cached case of its winner (`case_of`), or a list of them (a hash collision): what a
         # lookup reads, one probe by id and one comparison of the packed key bytes (`case[0]`)
         self.hits: dict[int, Case | list[Case]] = {}
@@ -259,18 +262,18 @@ class OpFile:
         end = len(raw)
         if start >= end:
             return
-        pending, done = self.pending, self.done
+        pending, done, hits = self.pending, self.done, self.hits
         with jsonl.gc_paused():
             ms = list(map(_AOE_LINE.fullmatch, raw[start:end]))
             now: list[int] = []
-            if (not pending and not done and None not in ms
+            if (not pending and not done and not hits and None not in ms
                     and recs[start:end].count(_UNPARSED) == end - start):
                 self._file_all(list(map(int, map(_ID, ms))), start)
             else:
                 for i, m in enumerate(ms, start):
                     if m is not None and recs[i] is _UNPARSED:
                         h = int(m[1])
-                        if h not in done:
+                        if h not in done and h not in hits:
                             self._file(h, i)
                             continue
                     now.append(i)
@@ -323,8 +326,9 @@ class OpFile:
     def resolve_fast(self, h: int, packed: bytes) -> Entry | None | object:
         """`resolve(h)` then `get(h, packed)` for the usual first question about an id — one line filed
         under `h`, in aoe's layout, passing every rule: checked and cached in one native pass
-        (`bank_scan`), indexed with the stores `_index_line` makes for the first line of a new case.
-        SLOW (nothing done) for any other; the caller holds the bank's lock."""
+        (`bank_scan`), indexed with the stores `_index_line` makes for the first line of a new case
+        (its cached case marks the id resolved). SLOW (nothing done) for any other; the caller holds
+        the bank's lock."""
         i = self.pending.get(h)
         if type(i) is int:
             lines = self.lines
@@ -334,9 +338,8 @@ class OpFile:
             if c is not None and c[1] == h and lines.recs[i] is _UNPARSED and h not in self.hits:
                 k = (h, c[0])
                 lines.recs[i] = k
-                self.index[k] = self.first[k] = i
+                self.index[k] = i
                 self.hits[h] = c  # (before the pending entry goes: a reader that sees neither misses)
-                self.done.add(h)
                 del self.pending[h]
                 return entry_of(self.op_type, self.source, c) if c[0] == packed else None
         return SLOW
@@ -373,15 +376,16 @@ class OpFile:
         recs[i] = k  # a usable line now holds its case; the record lives in the entry (if it wins)
         w = self.index.get(k)  # type: ignore[arg-type]
         if w is None:
-            self.index[k] = self.first[k] = i  # type: ignore[index]
+            self.index[k] = i  # type: ignore[index]
         elif w != i:
             self.multi.add(k)  # type: ignore[arg-type]
-            f = self.first[k]  # type: ignore[index]
+            f = self.first.get(k, w)  # type: ignore[arg-type]  # (a case with one line so far: that line)
             if i < f:
                 self.superseded.add(f)
                 self.first[k] = i  # type: ignore[index]
             else:
                 self.superseded.add(i)
+                self.first[k] = f  # type: ignore[index]
             if i < w:
                 return k  # type: ignore[return-value]  # an older line of the case: not the winner
             self.index[k] = i  # type: ignore[index]
@@ -455,7 +459,8 @@ class OpFile:
         """Every usable entry (of a case's lines only the last), in order of the cases' first lines."""
         self.resolve_all()
         out = []
-        for k in sorted(self.first, key=self.first.__getitem__):
+        first, index = self.first, self.index
+        for k in sorted(index, key=lambda k: first.get(k, index[k])):
             e = self.get(*k)
             assert e is not None  # every indexed case has its winner's entry
             out.append(e)
@@ -476,9 +481,9 @@ class OpFile:
         out = jsonl.Lines(old.path, jsonl.BulkLines(_without(raw, drop)), _without(recs, drop),
                           _without(linenos, drop), list(old.problems), old.sig)
         g = OpFile(out, self.op_type, self.schema, self.hash_fn, self.source, index_now=False)
+        first = self.first
         keys = list(self.index)
-        g.index = dict(zip(keys, _shifted([self.first[k] for k in keys], drop)))
-        g.first = dict(g.index)
+        g.index = dict(zip(keys, _shifted([first.get(k, i) for k, i in self.index.items()], drop)))
         g.pending = dict(zip(self.pending, _shifted(list(self.pending.values()), drop)))  # type: ignore[arg-type]
         g.done, g.hits, g.warned, g.reported = set(self.done), dict(self.hits), self.warned, len(out.problems)
         return g

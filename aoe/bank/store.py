@@ -43,7 +43,7 @@ from .paths import check_dir, check_name, core_num_for, ensure_dir, inside
 from .schema import MAX_PERF_US, BankKeyError, schema_for
 
 HashFn = Callable[[bytes], int]
-_pack, _unchanged = _sim.bank_pack, _sim.bank_unchanged
+_pack, _unchanged, _probe = _sim.bank_pack, _sim.bank_unchanged, _sim.bank_probe
 BUILTIN_ROOT = Path(__file__).resolve().parent / "builtin"
 _CONTAINERS = (dict, list)
 
@@ -206,29 +206,34 @@ class OpBank:
 
     def lookup(self, op_type: str, key: Mapping[str, Any]) -> Entry | None:
         """The stored strategy of one case, or None; a hit needs the id and the whole key to match."""
-        f = self.file(op_type)
-        packed = _pack(f.spec, key)  # an exact dict of plain values, natively; None: anything else
-        if packed is None:
-            schema = f.schema
-            try:
-                packed = schema.pack(op_type, key)
-            except BankKeyError:  # friendly input (names, defaults): canonicalise, then pack
-                packed = schema.pack(op_type, schema.canonical_key(op_type, key))
-        h = self.hash_fn(packed)
-        v = f.hits.get(h)  # (the body of f.get(h, packed), inline: this is the hot path)
-        if v is None:
-            if h in f.pending:
-                with self._mutex:  # the first question about this id: parse and check its lines
-                    e = f.resolve_fast(h, packed)
-                    if e is not SLOW:
-                        return e
-                    f.resolve(h)  # (called from here: its warnings name the caller of `lookup`)
-                return f.get(h, packed)
-            v = f.hits.get(h)  # (resolved by another thread between the two probes?)
-            if v is None:
-                return None
-        if type(v) is tuple:
-            return entry_of(op_type, f.source, v) if v[0] == packed else None
+        hit = self._cache.get(op_type)
+        r = None
+        if hit is not None and (hit[3] is not None or not self.revalidate):
+            # the usual call in one native step: `file`'s fstat, packing an exact key, hashing it, the
+            # probe of the cached cases; None when the file changed or the key needs the Python packer
+            f = hit[2]
+            r = _probe(f.spec, hit[3] if self.revalidate else -1, hit[1], key, self.hash_fn, f.hits)
+            if r is not None and len(r) == 6:
+                return entry_of(op_type, f.source, r)
+        if r is not None:
+            h, packed = r  # no cached case of this key under its id (yet)
+        else:
+            f = self.file(op_type)
+            packed = _pack(f.spec, key)  # an exact dict of plain values, natively; None: anything else
+            if packed is None:
+                schema = f.schema
+                try:
+                    packed = schema.pack(op_type, key)
+                except BankKeyError:  # friendly input (names, defaults): canonicalise, then pack
+                    packed = schema.pack(op_type, schema.canonical_key(op_type, key))
+            h = self.hash_fn(packed)
+        if h in f.pending:
+            with self._mutex:  # the first question about this id: parse and check its lines
+                e = f.resolve_fast(h, packed)
+                if e is not SLOW:
+                    return e
+                f.resolve(h)  # (called from here: its warnings name the caller of `lookup`)
+        # (the cases now cached: also right when another thread resolved `h` since the probe)
         return f.get(h, packed)
 
     def checked(self, op_type: str) -> OpFile:
