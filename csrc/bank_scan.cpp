@@ -272,6 +272,7 @@ public:
     void i64(uint64_t v) { put(le<8>(v).b, 8); }
     void set_u32(size_t at, uint32_t v) { std::memcpy(p_ + at, le<4>(v).b, 4); }
     size_t size() const { return n_; }
+    const char* data() const { return p_; }
     void clear() { n_ = 0; }
     PyObject* bytes() const { return PyBytes_FromStringAndSize(p_, Py_ssize_t(n_)); }
 
@@ -526,8 +527,10 @@ PyObject* make_case(PyObject* pk, PyObject* pid, PyObject* pv, PyObject* know, P
     return out;
 }
 
-// The case of a line: (packed key, id, version, knowledge, aoe fields, line), or nullptr.
-PyObject* scan(const Spec& sp, PyObject* line) {
+// The case of a line: (packed key, id, version, knowledge, aoe fields, line), or nullptr. `want_id`
+// and `want_packed` (may be nullptr): the query's id and packed key, whose objects the case shares
+// when they are equal to the line's (what a hit caches costs no copy of them).
+PyObject* scan(const Spec& sp, PyObject* line, PyObject* want_id = nullptr, PyObject* want_packed = nullptr) {
     const char* b = PyBytes_AS_STRING(line);
     Cur c{b, b + PyBytes_GET_SIZE(line)};
     uint64_t id;
@@ -546,23 +549,42 @@ PyObject* scan(const Spec& sp, PyObject* line) {
         Py_XDECREF(aoe);
         return nullptr;
     }
+    PyObject* pk = nullptr;
+    if (want_packed != nullptr && PyBytes_CheckExact(want_packed) && size_t(PyBytes_GET_SIZE(want_packed)) == packed.size() &&
+        std::memcmp(PyBytes_AS_STRING(want_packed), packed.data(), packed.size()) == 0) {
+        Py_INCREF(want_packed);
+        pk = want_packed;
+    } else {
+        pk = packed.bytes();
+    }
+    PyObject* pid = nullptr;
+    if (want_id != nullptr && PyLong_CheckExact(want_id)) {
+        int overflow = 0;
+        const long long w = PyLong_AsLongLongAndOverflow(want_id, &overflow);
+        if (overflow == 0 && w == static_cast<long long>(id)) {
+            Py_INCREF(want_id);
+            pid = want_id;
+        }
+        PyErr_Clear();
+    }
+    if (pid == nullptr) pid = PyLong_FromUnsignedLongLong(id);
     Py_INCREF(line);
-    return make_case(packed.bytes(), PyLong_FromUnsignedLongLong(id), PyLong_FromLongLong(version), know, aoe, line);
+    return make_case(pk, pid, PyLong_FromLongLong(version), know, aoe, line);
 }
 
 const char* const kCapsule = "aoe._sim.BankSpec";
 
 void spec_free(PyObject* cap) { delete static_cast<Spec*>(PyCapsule_GetPointer(cap, kCapsule)); }
 
-// bank_scan(spec, line) -> case tuple | None (the hot path: no argument parsing layer)
+// bank_scan(spec, line[, id, packed]) -> case tuple | None (the hot path: no argument parsing layer)
 PyObject* bank_scan(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-    if (nargs != 2 || !PyCapsule_CheckExact(args[0]) || !PyBytes_CheckExact(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "bank_scan(spec, line: bytes)");
+    if ((nargs != 2 && nargs != 4) || !PyCapsule_CheckExact(args[0]) || !PyBytes_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "bank_scan(spec, line: bytes[, id, packed])");
         return nullptr;
     }
     auto* sp = static_cast<Spec*>(PyCapsule_GetPointer(args[0], kCapsule));
     if (sp == nullptr) return nullptr;
-    PyObject* out = scan(*sp, args[1]);
+    PyObject* out = nargs == 4 ? scan(*sp, args[1], args[2], args[3]) : scan(*sp, args[1]);
     if (out != nullptr) return out;
     PyErr_Clear();  // not the narrow form (or out of memory): the Python path decides
     Py_RETURN_NONE;
@@ -783,9 +805,9 @@ PyMethodDef kUnchangedDef = {
 
 PyMethodDef kScanDef = {"bank_scan", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(bank_scan)),
                         METH_FASTCALL,
-                        "bank_scan(spec, line) -> (packed, id, version, knowledge, aoe, line) or None: one of "
-                        "aoe's own bank lines checked and cached in one pass; None leaves the line to the "
-                        "Python check."};
+                        "bank_scan(spec, line[, id, packed]) -> (packed, id, version, knowledge, aoe, line) or "
+                        "None: one of aoe's own bank lines checked and cached in one pass (sharing the objects "
+                        "id and packed when equal); None leaves the line to the Python check."};
 PyMethodDef kCaseDef = {"bank_case", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(bank_case)),
                         METH_FASTCALL,
                         "bank_case(packed, id, version, knowledge, aoe, line) -> the tuple of these six, "

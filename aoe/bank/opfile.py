@@ -334,7 +334,9 @@ class OpFile:
             lines = self.lines
             raw = lines.raw
             # (the line: from the tuple of those read in one go, without BulkLines' Python indexing)
-            c = _scan(self.spec, raw.bulk[i] if type(raw) is jsonl.BulkLines and i < len(raw.bulk) else raw[i])
+            # (the query's id and packed key: a hit's case shares those objects)
+            c = _scan(self.spec, raw.bulk[i] if type(raw) is jsonl.BulkLines and i < len(raw.bulk) else raw[i],
+                      h, packed)
             if c is not None and c[1] == h and lines.recs[i] is _UNPARSED and h not in self.hits:
                 k = (h, c[0])
                 lines.recs[i] = k
