@@ -46,6 +46,7 @@ struct Spec {
     PyObject* default_key = nullptr;
     PyObject* attrs_cache = nullptr;       // dict: attrs JSON text -> its packed canonical bytes
     PyObject* attrs_fn = nullptr;          // attrs dict -> packed canonical bytes (the Python packer)
+    PyObject* unparsed = nullptr;          // a filed line's record before it is parsed (jsonl.UNPARSED)
 
     ~Spec() {
         for (PyObject* k : know_keys) Py_XDECREF(k);
@@ -54,6 +55,7 @@ struct Spec {
         Py_XDECREF(default_key);
         Py_XDECREF(attrs_cache);
         Py_XDECREF(attrs_fn);
+        Py_XDECREF(unparsed);
     }
 };
 
@@ -732,14 +734,68 @@ PyObject* bank_unchanged(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     return PyBool_FromLong(same);
 }
 
-// bank_probe(spec, fd, signature, key, hash_fn, hits) -> the cached case of the key, or (id, packed
-// key) when the id holds no case with that key (a miss, a first lookup, a collision), or None when
-// the Python path must answer (fstat shows a changed file, or the key is not an exact dict of plain
-// values). fd -1: the file is not re-validated (package data). The body of `OpBank.lookup` for
-// the usual call, in one native call; hash_fn's exceptions propagate as from the Python path.
+// Calls `lock.acquire()` or `lock.release()` (a threading.Lock: the bank's mutex).
+bool call_lock(PyObject* lock, const char* verb) {
+    PyObject* r = PyObject_CallMethod(lock, verb, nullptr);
+    Py_XDECREF(r);
+    return r != nullptr;
+}
+
+// `OpFile.resolve_fast` (see there), natively: under the bank's lock, the one line filed under `h`,
+// if it is still that and unparsed, checked and cached by `scan` and indexed with the same stores in
+// the same order. `state` = (pending, index, recs, bulk): the OpFile's containers (`OpFile.fast`).
+// 1: indexed (*out: its case); 0: the line is not the usual case; 2: not tried (the state is not
+// the usual one: a line appended since the load, say); -1: an error is set. Nothing changed but on 1.
+int resolve_first(const Spec& sp, PyObject* state, PyObject* lock, PyObject* hits, PyObject* h, PyObject* packed,
+                  PyObject** out) {
+    PyObject *pending = PyTuple_GET_ITEM(state, 0), *index = PyTuple_GET_ITEM(state, 1);
+    PyObject *recs = PyTuple_GET_ITEM(state, 2), *bulk = PyTuple_GET_ITEM(state, 3);
+    if (!PyDict_CheckExact(pending) || !PyDict_CheckExact(index) || !PyList_CheckExact(recs) || !PyTuple_CheckExact(bulk))
+        return 2;
+    if (!call_lock(lock, "acquire")) return -1;
+    int rc = 2;
+    PyObject* c = nullptr;
+    PyObject* i = PyDict_GetItemWithError(pending, h);  // borrowed (the lock keeps it alive)
+    Py_ssize_t at = i != nullptr && PyLong_CheckExact(i) ? PyLong_AsSsize_t(i) : -1;
+    if (at >= 0 && at < PyTuple_GET_SIZE(bulk) && at < PyList_GET_SIZE(recs) &&
+        PyList_GET_ITEM(recs, at) == sp.unparsed && PyDict_Contains(hits, h) == 0 &&
+        PyBytes_CheckExact(PyTuple_GET_ITEM(bulk, at))) {
+        rc = 0;
+        c = scan(sp, PyTuple_GET_ITEM(bulk, at), h, packed);
+        if (c == nullptr) PyErr_Clear();  // not the usual case: the Python path resolves it
+    }
+    if (c != nullptr && PyObject_RichCompareBool(PyTuple_GET_ITEM(c, 1), h, Py_EQ) == 1) {
+        // `_index_line`'s stores for the first line of a new case, in its order: the hit before the
+        // pending entry goes (a reader that sees neither would miss the case)
+        PyObject* k = PyTuple_Pack(2, h, PyTuple_GET_ITEM(c, 0));
+        Py_INCREF(i);
+        rc = k != nullptr && PyList_SetItem(recs, at, (Py_XINCREF(k), k)) == 0 && PyDict_SetItem(index, k, i) == 0 &&
+                     PyDict_SetItem(hits, h, c) == 0 && PyDict_DelItem(pending, h) == 0
+                 ? 1
+                 : -1;
+        Py_DECREF(i);
+        Py_XDECREF(k);
+    }
+    if (rc == 1) {
+        *out = c;
+    } else {
+        Py_XDECREF(c);
+    }
+    if (rc != 1 && PyErr_Occurred()) rc = -1;
+    if (!call_lock(lock, "release")) rc = -1;
+    return rc;
+}
+
+// bank_probe(spec, fd, signature, key, hash_fn, hits, state, lock) -> the cached case of the key; or
+// (id, packed key) when the id holds no case with that key; or (id, packed key, False) when its
+// filed line is not the usual case (the Python path resolves it); or None when the Python path must
+// answer (fstat shows a changed file, or the key is not an exact dict of plain values). fd -1: the
+// file is not re-validated (package data); state None: no first lookup here. The body of
+// `OpBank.lookup` for the usual call, in one native call; hash_fn's exceptions propagate.
 PyObject* bank_probe(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-    if (nargs != 6 || !PyCapsule_CheckExact(args[0]) || !PyLong_CheckExact(args[1]) || !PyDict_CheckExact(args[5])) {
-        PyErr_SetString(PyExc_TypeError, "bank_probe(spec, fd, signature, key, hash_fn, hits)");
+    if (nargs != 8 || !PyCapsule_CheckExact(args[0]) || !PyLong_CheckExact(args[1]) || !PyDict_CheckExact(args[5]) ||
+        !(args[6] == Py_None || (PyTuple_CheckExact(args[6]) && PyTuple_GET_SIZE(args[6]) == 4))) {
+        PyErr_SetString(PyExc_TypeError, "bank_probe(spec, fd, signature, key, hash_fn, hits, state, lock)");
         return nullptr;
     }
     auto* sp = static_cast<Spec*>(PyCapsule_GetPointer(args[0], kCapsule));
@@ -764,9 +820,17 @@ PyObject* bank_probe(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
         return nullptr;
     }
     PyObject* v = PyDict_GetItemWithError(args[5], h);  // borrowed
-    if (v == nullptr && PyErr_Occurred()) {
+    PyObject* c = nullptr;
+    int first = 0;
+    if (v == nullptr && !PyErr_Occurred() && args[6] != Py_None &&
+        PyDict_Contains(PyTuple_GET_ITEM(args[6], 0), h) == 1) {
+        first = resolve_first(*sp, args[6], args[7], args[5], h, packed, &c);  // (c: a new reference)
+        v = c;
+    }
+    if (PyErr_Occurred() || first < 0) {
         Py_DECREF(packed);
         Py_DECREF(h);
+        Py_XDECREF(c);
         return nullptr;
     }
     if (v != nullptr && PyTuple_CheckExact(v) && PyTuple_GET_SIZE(v) == 6) {
@@ -776,24 +840,24 @@ PyObject* bank_probe(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
             Py_DECREF(packed);
             Py_DECREF(h);
             Py_INCREF(v);
+            Py_XDECREF(c);
             return v;
         }
     }
-    PyObject* r = PyTuple_New(2);
-    if (r == nullptr) {
-        Py_DECREF(packed);
-        Py_DECREF(h);
-        return nullptr;
-    }
-    PyTuple_SET_ITEM(r, 0, h);
-    PyTuple_SET_ITEM(r, 1, packed);
+    Py_XDECREF(c);
+    const bool declined = v == nullptr && args[6] != Py_None && first == 0 &&
+                          PyDict_Contains(PyTuple_GET_ITEM(args[6], 0), h) == 1;
+    PyObject* r = declined ? PyTuple_Pack(3, h, packed, Py_False) : PyTuple_Pack(2, h, packed);
+    Py_DECREF(packed);
+    Py_DECREF(h);
     return r;
 }
 
 PyMethodDef kProbeDef = {
     "bank_probe", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(bank_probe)), METH_FASTCALL,
-    "bank_probe(spec, fd, signature, key, hash_fn, hits) -> the cached case, (id, packed key) to look "
-    "further, or None (the Python path answers)."};
+    "bank_probe(spec, fd, signature, key, hash_fn, hits, state, lock) -> the cached case (found, or "
+    "cached now by a first lookup), (id, packed key[, False]) to look further, or None (the Python path "
+    "answers)."};
 
 PyMethodDef kPackDef = {"bank_pack", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(bank_pack)),
                         METH_FASTCALL,
@@ -821,7 +885,7 @@ PyObject* interned(const std::string& s) {
 
 py::object bank_spec(const std::string& op, bool vector, const std::vector<std::string>& key_fields,
                      const std::vector<std::string>& knowledge_fields, long long know_max, double perf_max,
-                     py::dict attrs_cache, py::object attrs_fn) {
+                     py::dict attrs_cache, py::object attrs_fn, py::object unparsed) {
     auto sp = std::make_unique<Spec>();
     sp->op_lit = ",\"op\":\"" + op + "\"";
     sp->vector = vector;
@@ -839,6 +903,7 @@ py::object bank_spec(const std::string& op, bool vector, const std::vector<std::
     sp->default_key = interned("default_perf_us");
     sp->attrs_cache = attrs_cache.release().ptr();
     sp->attrs_fn = attrs_fn.release().ptr();
+    sp->unparsed = unparsed.release().ptr();
     PyObject* cap = PyCapsule_New(sp.get(), kCapsule, spec_free);
     if (cap == nullptr) throw py::error_already_set();
     sp.release();
@@ -857,7 +922,7 @@ void add_function(py::module_& m, PyMethodDef* def) {
 void register_bank_scan(py::module_& m) {
     m.def("bank_spec", &bank_spec, py::arg("op"), py::arg("vector"), py::arg("key_fields"),
           py::arg("knowledge_fields"), py::arg("know_max"), py::arg("perf_max"), py::arg("attrs_cache"),
-          py::arg("attrs_fn"),
+          py::arg("attrs_fn"), py::arg("unparsed"),
           "What `bank_scan` checks the lines of one operator file against (an opaque capsule).");
     add_function(m, &kScanDef);
     add_function(m, &kCaseDef);

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aoe import _sim
-from aoe.bank import BankWarning, OpBank, make_pending, opfile
+from aoe.bank import BankWarning, OpBank, make_pending, opfile, store
 from aoe.bank.opfile import Entry, native_checker, record_checker
 from aoe.bank.schema import KNOWLEDGE_MAX, MATMUL_KEY, BankKeyError, schema_for
 from conftest import mm_key
@@ -329,8 +329,9 @@ def test_the_bank_answers_the_same_without_the_native_pass(tmp_path, monkeypatch
         answers = []
         for native in (True, False):
             with monkeypatch.context() as m:
-                if not native:
-                    m.setattr(opfile, "_scan", lambda spec, line: None)
+                if not native:  # every line the Python check's, every lookup the Python path's
+                    m.setattr(opfile, "_scan", lambda spec, line, *query: None)
+                    m.setattr(store, "_probe", lambda *args: None)
                 with warnings.catch_warnings(record=True) as w:
                     warnings.simplefilter("always")
                     b = OpBank(tmp_path / op, SOC)
@@ -370,3 +371,23 @@ def test_spec_rejects_what_is_not_a_line():
     assert all(_sim.bank_scan(SPECS["Add"], orjson.dumps(record_of("MatMulV3", random.Random(6)))[:n]) is None
                for n in range(0, 400, 7))
     assert MATMUL_KEY  # (the registry the specs were built from)
+
+
+def test_first_lookups_of_appended_lines_collisions_and_friendly_keys(tmp_path):
+    op = "MatMulV3"
+    writer = OpBank(tmp_path, SOC)
+    keys = [mm_key(m=16 * (i + 1)) for i in range(6)]
+    writer.save([make_pending(op, k, {f: i for f in schema_for(op).knowledge_fields}, 10.0) for i, k in enumerate(keys[:3])])
+    reader = OpBank(tmp_path, SOC)
+    assert reader.lookup(op, keys[0]).knowledge["baseM"] == 0  # resolved by the native call
+    writer.save([make_pending(op, k, {f: 7 for f in schema_for(op).knowledge_fields}, 5.0) for k in keys[3:]])
+    # lines appended since the load (outside the lines read in one go): the Python fast path's
+    assert [reader.lookup(op, k).knowledge["baseM"] for k in keys] == [0, 1, 2, 7, 7, 7]
+    friendly = {**keys[1], "a_dtype": "DT_FLOAT16"}  # not exact: the Python packer, the same case
+    assert OpBank(tmp_path, SOC).lookup(op, friendly).knowledge["baseM"] == 1
+    # every id the same (a forced collision): one case per key, none answering for another
+    coll = OpBank(tmp_path / "c", SOC, hash_fn=lambda b: 7)
+    coll.save([make_pending(op, k, {f: i for f in schema_for(op).knowledge_fields}, 1.0) for i, k in enumerate(keys)])
+    fresh = OpBank(tmp_path / "c", SOC, hash_fn=lambda b: 7)
+    assert [fresh.lookup(op, k).knowledge["baseM"] for k in reversed(keys)] == [5, 4, 3, 2, 1, 0]
+    assert fresh.lookup(op, mm_key(m=9999)) is None

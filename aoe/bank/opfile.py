@@ -213,7 +213,7 @@ def native_checker(op_type: str, schema: OpSchema) -> Any:
     the Python path, which decides it). Vector attrs are packed by `schema._attrs_bytes`, once per text."""
     return _sim.bank_spec(op_type, schema.family == "vector", list(schema.key_fields),
                           list(schema.knowledge_fields), KNOWLEDGE_MAX, MAX_PERF_US, _ATTRS_PACKED,
-                          lambda attrs: _attrs_bytes(op_type, attrs))
+                          lambda attrs: _attrs_bytes(op_type, attrs), _UNPARSED)
 
 
 class OpFile:
@@ -250,8 +250,17 @@ class OpFile:
         self.hits: dict[int, Case | list[Case]] = {}
         self.warned = 0  # warnings given (at most MAX_WARNINGS_PER_FILE, then one summary)
         self.reported = len(lines.problems)  # problems up to here were warned about (or by the reader)
+        self.fast: tuple[Any, ...] = ()  # what the native first lookup stores into (`renew_fast`)
+        self.renew_fast()
         if index_now:
             self.extend(0)
+
+    def renew_fast(self) -> None:
+        """(pending, index, recs, the lines read in one go): the containers a lookup's native call
+        (`_sim.bank_probe`) resolves a first question in, as `resolve_fast` does; renewed whenever one
+        is replaced (a line beyond them is left to `resolve_fast`)."""
+        raw = self.lines.raw
+        self.fast = (self.pending, self.index, self.lines.recs, raw.bulk if type(raw) is jsonl.BulkLines else ())
 
     # ---- filing and resolving --------------------------------------------------------------------
 
@@ -283,6 +292,8 @@ class OpFile:
                     if k[0] in pending:
                         self.resolve(k[0])
                     done.add(k[0])
+        if type(raw) is jsonl.BulkLines and raw.bulk is not self.fast[3]:
+            self.renew_fast()  # (the first lines read into an empty file's index)
         self._warn()
 
     def _file_all(self, ids: list[int], start: int) -> None:
@@ -488,6 +499,7 @@ class OpFile:
         g.index = dict(zip(keys, _shifted([first.get(k, i) for k, i in self.index.items()], drop)))
         g.pending = dict(zip(self.pending, _shifted(list(self.pending.values()), drop)))  # type: ignore[arg-type]
         g.done, g.hits, g.warned, g.reported = set(self.done), dict(self.hits), self.warned, len(out.problems)
+        g.renew_fast()
         return g
 
 

@@ -210,13 +210,15 @@ class OpBank:
         r = None
         if hit is not None and (hit[3] is not None or not self.revalidate):
             # the usual call in one native step: `file`'s fstat, packing an exact key, hashing it, the
-            # probe of the cached cases; None when the file changed or the key needs the Python packer
+            # probe of the cached cases and, for a first question about an id, `resolve_fast` under
+            # the lock; None when the file changed or the key needs the Python packer
             f = hit[2]
-            r = _probe(f.spec, hit[3] if self.revalidate else -1, hit[1], key, self.hash_fn, f.hits)
+            r = _probe(f.spec, hit[3] if self.revalidate else -1, hit[1], key, self.hash_fn, f.hits, f.fast,
+                       self._mutex)
             if r is not None and len(r) == 6:
                 return entry_of(op_type, f.source, r)
         if r is not None:
-            h, packed = r  # no cached case of this key under its id (yet)
+            h, packed = r[0], r[1]  # no cached case of this key under its id; r[2]: its line tried
         else:
             f = self.file(op_type)
             packed = _pack(f.spec, key)  # an exact dict of plain values, natively; None: anything else
@@ -229,7 +231,7 @@ class OpBank:
             h = self.hash_fn(packed)
         if h in f.pending:
             with self._mutex:  # the first question about this id: parse and check its lines
-                e = f.resolve_fast(h, packed)
+                e = SLOW if r is not None and len(r) == 3 else f.resolve_fast(h, packed)
                 if e is not SLOW:
                     return e
                 f.resolve(h)  # (called from here: its warnings name the caller of `lookup`)
