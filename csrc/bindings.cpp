@@ -182,7 +182,7 @@ py::tuple times_with(const std::string& isa, const SoC& soc, int kind, const I64
 
 }  // namespace
 
-void register_bank_scan(py::module_& m);  // csrc/bank_scan.cpp: the bank's native record check
+void register_bank_scan(py::module_& m);  // csrc/bank_lookup.cpp: the operator bank's native lookup
 
 PYBIND11_MODULE(_sim, m) {
     m.doc() = "Native cost model of the Ascend AI Core (batched, GIL-free).";

@@ -1,0 +1,380 @@
+// The operator bank's native lookup (aoe/bank/store.py `OpBank.lookup`, opfile.py `resolve_fast`):
+// packing an exact query key, the file's fstat check, the probe of the cached cases and a first
+// lookup's resolution in one call, and the Python entry points of bank_scan.cpp's line check. Every
+// function here declines (None) whatever is not the usual case, and the Python path answers it.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <sys/stat.h>
+
+#include <climits>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bank_scan.h"
+
+namespace py = pybind11;
+using namespace aoebank;
+
+namespace {
+
+const char* const kCapsule = "aoe._sim.BankSpec";
+
+void spec_free(PyObject* cap) { delete static_cast<Spec*>(PyCapsule_GetPointer(cap, kCapsule)); }
+
+// bank_scan(spec, line[, id, packed]) -> case tuple | None (the hot path: no argument parsing layer)
+PyObject* bank_scan(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    if ((nargs != 2 && nargs != 4) || !PyCapsule_CheckExact(args[0]) || !PyBytes_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "bank_scan(spec, line: bytes[, id, packed])");
+        return nullptr;
+    }
+    auto* sp = static_cast<Spec*>(PyCapsule_GetPointer(args[0], kCapsule));
+    if (sp == nullptr) return nullptr;
+    PyObject* out = nargs == 4 ? scan(*sp, args[1], args[2], args[3]) : scan(*sp, args[1]);
+    if (out != nullptr) return out;
+    PyErr_Clear();  // not the narrow form (or out of memory): the Python path decides
+    Py_RETURN_NONE;
+}
+
+// bank_case(packed, id, version, knowledge, aoe, line) -> the same untracked tuple (the Python path)
+PyObject* bank_case(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "bank_case takes 6 arguments");
+        return nullptr;
+    }
+    for (Py_ssize_t i = 0; i < 6; ++i) Py_INCREF(args[i]);
+    return make_case(args[0], args[1], args[2], args[3], args[4], args[5]);
+}
+
+// Whether `k` is the str `name` (the same object, or equal ASCII text).
+bool same_str(PyObject* k, PyObject* name) {
+    if (k == name) return true;
+    if (!PyUnicode_CheckExact(k) || !PyUnicode_IS_ASCII(k)) return false;
+    const Py_ssize_t n = PyUnicode_GET_LENGTH(k);
+    return n == PyUnicode_GET_LENGTH(name) && std::memcmp(PyUnicode_DATA(k), PyUnicode_DATA(name), size_t(n)) == 0;
+}
+
+// One int64 of a query key: an exact int (or bool, which struct packs as 0/1) within int64.
+bool key_int(PyObject* v, long long& x) {
+    if (!PyLong_CheckExact(v) && !PyBool_Check(v)) return false;
+    int overflow = 0;
+    x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow != 0 || (x == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return false;
+    }
+    return true;
+}
+
+// An exact list of exact ints (bools are not: the vector packer refuses them), packed.
+bool pack_int_list(PyObject* l, Packed& out) {
+    if (!PyList_CheckExact(l)) return false;
+    const Py_ssize_t n = PyList_GET_SIZE(l);
+    out.u32(uint32_t(n));
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* v = PyList_GET_ITEM(l, i);
+        long long x;
+        if (!PyLong_CheckExact(v) || !key_int(v, x)) return false;
+        out.i64(uint64_t(x));
+    }
+    return true;
+}
+
+// The packed key of a query, as `OpSchema.pack` makes it for an exact dict of exact values; false
+// for anything else (the Python packer then decides, and raises where it does).
+bool pack_query(const Spec& sp, PyObject* info, Packed& out) {
+    if (!PyDict_CheckExact(info) || PyDict_GET_SIZE(info) != Py_ssize_t(sp.key_names.size())) return false;
+    PyObject* v[7];
+    if (!sp.vector) {
+        // a key built in the registry order (canonical_key's) is read in one walk, without hashing
+        Py_ssize_t pos = 0;
+        PyObject *k, *x;
+        size_t j = 0;
+        long long n;
+        while (PyDict_Next(info, &pos, &k, &x) && same_str(k, sp.key_names[j])) {
+            if (!key_int(x, n)) return false;
+            out.i64(uint64_t(n));
+            if (++j == sp.key_names.size()) return true;
+        }
+        out.clear();
+        for (PyObject* name : sp.key_names) {  // another order: field by field
+            x = PyDict_GetItemWithError(info, name);  // borrowed
+            if (x == nullptr || !key_int(x, n)) return false;
+            out.i64(uint64_t(n));
+        }
+        return true;
+    }
+    for (int i = 0; i < 7; ++i) {
+        v[i] = PyDict_GetItemWithError(info, sp.key_names[size_t(i)]);
+        if (v[i] == nullptr) return false;
+    }
+    Py_ssize_t len;
+    const char* name = PyUnicode_CheckExact(v[0]) ? PyUnicode_AsUTF8AndSize(v[0], &len) : nullptr;
+    if (name == nullptr || !PyList_CheckExact(v[1]) || !PyDict_CheckExact(v[6])) return false;
+    out.put("AOEV", 4);
+    out.u32(uint32_t(len));
+    out.put(name, size_t(len));
+    const Py_ssize_t shapes = PyList_GET_SIZE(v[1]);
+    out.u32(uint32_t(shapes));
+    for (Py_ssize_t i = 0; i < shapes; ++i) {
+        if (!pack_int_list(PyList_GET_ITEM(v[1], i), out)) return false;
+    }
+    for (int i = 2; i < 6; ++i) {
+        if (!pack_int_list(v[i], out)) return false;
+    }
+    if (PyDict_GET_SIZE(v[6]) == 0) {
+        out.u32(2);
+        out.put("{}", 2);
+        return true;
+    }
+    PyObject* attrs = PyObject_CallOneArg(sp.attrs_fn, v[6]);
+    bool ok = attrs != nullptr && PyBytes_CheckExact(attrs);
+    if (ok) out.put(PyBytes_AS_STRING(attrs), size_t(PyBytes_GET_SIZE(attrs)));
+    Py_XDECREF(attrs);
+    return ok;
+}
+
+// bank_pack(spec, key) -> packed bytes | None (None: the Python packer handles the key)
+PyObject* bank_pack(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyCapsule_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "bank_pack(spec, key)");
+        return nullptr;
+    }
+    auto* sp = static_cast<Spec*>(PyCapsule_GetPointer(args[0], kCapsule));
+    if (sp == nullptr) return nullptr;
+    Packed out;
+    if (pack_query(*sp, args[1], out)) return out.bytes();
+    PyErr_Clear();
+    Py_RETURN_NONE;
+}
+
+// Whether fstat(fd) shows the signature (mtime_ns, size, ino) and a link left (-1: an error is set).
+int same_file(long fd, PyObject* sig) {
+    if (!PyTuple_CheckExact(sig) || PyTuple_GET_SIZE(sig) != 3) return 0;
+    struct stat st;
+    if (fd < 0 || fd > INT_MAX || fstat(int(fd), &st) != 0 || st.st_nlink == 0) return 0;
+    const long long want[3] = {static_cast<long long>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec,
+                               static_cast<long long>(st.st_size), static_cast<long long>(st.st_ino)};
+    for (int i = 0; i < 3; ++i) {
+        int overflow = 0;
+        const long long got = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(sig, i), &overflow);
+        if (got == -1 && PyErr_Occurred()) return -1;
+        if (overflow != 0 || got != want[i]) return 0;
+    }
+    return 1;
+}
+
+// bank_unchanged(fd, (mtime_ns, size, ino)) -> True when fstat(fd) shows that signature and the
+// file still has a link (what `OpBank.file` checks on every call, without building a stat_result).
+PyObject* bank_unchanged(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyLong_CheckExact(args[0]) || !PyTuple_CheckExact(args[1]) || PyTuple_GET_SIZE(args[1]) != 3) {
+        PyErr_SetString(PyExc_TypeError, "bank_unchanged(fd: int, signature: tuple of 3 ints)");
+        return nullptr;
+    }
+    const long fd = PyLong_AsLong(args[0]);
+    if (fd == -1 && PyErr_Occurred()) return nullptr;
+    const int same = same_file(fd, args[1]);
+    if (same < 0) return nullptr;
+    return PyBool_FromLong(same);
+}
+
+// Calls `lock.acquire()` or `lock.release()` (a threading.Lock: the bank's mutex).
+bool call_lock(PyObject* lock, const char* verb) {
+    PyObject* r = PyObject_CallMethod(lock, verb, nullptr);
+    Py_XDECREF(r);
+    return r != nullptr;
+}
+
+// `OpFile.resolve_fast` (see there), natively: under the bank's lock, the one line filed under `h`,
+// if it is still that and unparsed, checked and cached by `scan` and indexed with the same stores in
+// the same order. `state` = (pending, index, recs, bulk): the OpFile's containers (`OpFile.fast`).
+// 1: indexed (*out: its case); 0: the line is not the usual case; 2: not tried (the state is not
+// the usual one: a line appended since the load, say); -1: an error is set. Nothing changed but on 1.
+int resolve_first(const Spec& sp, PyObject* state, PyObject* lock, PyObject* hits, PyObject* h, PyObject* packed,
+                  PyObject** out) {
+    PyObject *pending = PyTuple_GET_ITEM(state, 0), *index = PyTuple_GET_ITEM(state, 1);
+    PyObject *recs = PyTuple_GET_ITEM(state, 2), *bulk = PyTuple_GET_ITEM(state, 3);
+    if (!PyDict_CheckExact(pending) || !PyDict_CheckExact(index) || !PyList_CheckExact(recs) || !PyTuple_CheckExact(bulk))
+        return 2;
+    if (!call_lock(lock, "acquire")) return -1;
+    int rc = 2;
+    PyObject* c = nullptr;
+    PyObject* i = PyDict_GetItemWithError(pending, h);  // borrowed (the lock keeps it alive)
+    Py_ssize_t at = i != nullptr && PyLong_CheckExact(i) ? PyLong_AsSsize_t(i) : -1;
+    if (at >= 0 && at < PyTuple_GET_SIZE(bulk) && at < PyList_GET_SIZE(recs) &&
+        PyList_GET_ITEM(recs, at) == sp.unparsed && PyDict_Contains(hits, h) == 0 &&
+        PyBytes_CheckExact(PyTuple_GET_ITEM(bulk, at))) {
+        rc = 0;
+        c = scan(sp, PyTuple_GET_ITEM(bulk, at), h, packed);
+        if (c == nullptr) PyErr_Clear();  // not the usual case: the Python path resolves it
+    }
+    if (c != nullptr && PyObject_RichCompareBool(PyTuple_GET_ITEM(c, 1), h, Py_EQ) == 1) {
+        // `_index_line`'s stores for the first line of a new case, in its order: the hit before the
+        // pending entry goes (a reader that sees neither would miss the case)
+        PyObject* k = PyTuple_Pack(2, h, PyTuple_GET_ITEM(c, 0));
+        Py_INCREF(i);
+        rc = k != nullptr && PyList_SetItem(recs, at, (Py_XINCREF(k), k)) == 0 && PyDict_SetItem(index, k, i) == 0 &&
+                     PyDict_SetItem(hits, h, c) == 0 && PyDict_DelItem(pending, h) == 0
+                 ? 1
+                 : -1;
+        Py_DECREF(i);
+        Py_XDECREF(k);
+    }
+    if (rc == 1) {
+        *out = c;
+    } else {
+        Py_XDECREF(c);
+    }
+    if (rc != 1 && PyErr_Occurred()) rc = -1;
+    if (!call_lock(lock, "release")) rc = -1;
+    return rc;
+}
+
+// bank_probe(spec, fd, signature, key, hash_fn, hits, state, lock) -> the cached case of the key; or
+// (id, packed key) when the id holds no case with that key; or (id, packed key, False) when its
+// filed line is not the usual case (the Python path resolves it); or None when the Python path must
+// answer (fstat shows a changed file, or the key is not an exact dict of plain values). fd -1: the
+// file is not re-validated (package data); state None: no first lookup here. The body of
+// `OpBank.lookup` for the usual call, in one native call; hash_fn's exceptions propagate.
+PyObject* bank_probe(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 8 || !PyCapsule_CheckExact(args[0]) || !PyLong_CheckExact(args[1]) || !PyDict_CheckExact(args[5]) ||
+        !(args[6] == Py_None || (PyTuple_CheckExact(args[6]) && PyTuple_GET_SIZE(args[6]) == 4))) {
+        PyErr_SetString(PyExc_TypeError, "bank_probe(spec, fd, signature, key, hash_fn, hits, state, lock)");
+        return nullptr;
+    }
+    auto* sp = static_cast<Spec*>(PyCapsule_GetPointer(args[0], kCapsule));
+    if (sp == nullptr) return nullptr;
+    const long fd = PyLong_AsLong(args[1]);
+    if (fd == -1 && PyErr_Occurred()) return nullptr;
+    if (fd != -1) {
+        const int same = same_file(fd, args[2]);
+        if (same < 0) return nullptr;
+        if (same == 0) Py_RETURN_NONE;
+    }
+    Packed out;
+    if (!pack_query(*sp, args[3], out)) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject* packed = out.bytes();
+    if (packed == nullptr) return nullptr;
+    PyObject* h = PyObject_CallOneArg(args[4], packed);
+    if (h == nullptr) {
+        Py_DECREF(packed);
+        return nullptr;
+    }
+    PyObject* v = PyDict_GetItemWithError(args[5], h);  // borrowed
+    PyObject* c = nullptr;
+    int first = 0;
+    if (v == nullptr && !PyErr_Occurred() && args[6] != Py_None &&
+        PyDict_Contains(PyTuple_GET_ITEM(args[6], 0), h) == 1) {
+        first = resolve_first(*sp, args[6], args[7], args[5], h, packed, &c);  // (c: a new reference)
+        v = c;
+    }
+    if (PyErr_Occurred() || first < 0) {
+        Py_DECREF(packed);
+        Py_DECREF(h);
+        Py_XDECREF(c);
+        return nullptr;
+    }
+    if (v != nullptr && PyTuple_CheckExact(v) && PyTuple_GET_SIZE(v) == 6) {
+        PyObject* k = PyTuple_GET_ITEM(v, 0);
+        if (PyBytes_CheckExact(k) && PyBytes_GET_SIZE(k) == PyBytes_GET_SIZE(packed) &&
+            std::memcmp(PyBytes_AS_STRING(k), PyBytes_AS_STRING(packed), size_t(PyBytes_GET_SIZE(k))) == 0) {
+            Py_DECREF(packed);
+            Py_DECREF(h);
+            Py_INCREF(v);
+            Py_XDECREF(c);
+            return v;
+        }
+    }
+    Py_XDECREF(c);
+    const bool declined = v == nullptr && args[6] != Py_None && first == 0 &&
+                          PyDict_Contains(PyTuple_GET_ITEM(args[6], 0), h) == 1;
+    PyObject* r = declined ? PyTuple_Pack(3, h, packed, Py_False) : PyTuple_Pack(2, h, packed);
+    Py_DECREF(packed);
+    Py_DECREF(h);
+    return r;
+}
+
+PyMethodDef kProbeDef = {
+    "bank_probe", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(bank_probe)), METH_FASTCALL,
+    "bank_probe(spec, fd, signature, key, hash_fn, hits, state, lock) -> the cached case (found, or "
+    "cached now by a first lookup), (id, packed key[, False]) to look further, or None (the Python path "
+    "answers)."};
+
+PyMethodDef kPackDef = {"bank_pack", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(bank_pack)),
+                        METH_FASTCALL,
+                        "bank_pack(spec, key) -> the packed key bytes of an exact dict of exact values, or "
+                        "None (the Python packer then handles the key)."};
+PyMethodDef kUnchangedDef = {
+    "bank_unchanged", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(bank_unchanged)), METH_FASTCALL,
+    "bank_unchanged(fd, (mtime_ns, size, ino)) -> whether fstat(fd) shows that signature and a link."};
+
+PyMethodDef kScanDef = {"bank_scan", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(bank_scan)),
+                        METH_FASTCALL,
+                        "bank_scan(spec, line[, id, packed]) -> (packed, id, version, knowledge, aoe, line) or "
+                        "None: one of aoe's own bank lines checked and cached in one pass (sharing the objects "
+                        "id and packed when equal); None leaves the line to the Python check."};
+PyMethodDef kCaseDef = {"bank_case", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(bank_case)),
+                        METH_FASTCALL,
+                        "bank_case(packed, id, version, knowledge, aoe, line) -> the tuple of these six, "
+                        "untracked by the cyclic GC (a cached bank case)."};
+
+PyObject* interned(const std::string& s) {
+    PyObject* o = PyUnicode_InternFromString(s.c_str());
+    if (o == nullptr) throw py::error_already_set();
+    return o;
+}
+
+py::object bank_spec(const std::string& op, bool vector, const std::vector<std::string>& key_fields,
+                     const std::vector<std::string>& knowledge_fields, long long know_max, double perf_max,
+                     py::dict attrs_cache, py::object attrs_fn, py::object unparsed) {
+    auto sp = std::make_unique<Spec>();
+    sp->op_lit = ",\"op\":\"" + op + "\"";
+    sp->vector = vector;
+    for (size_t i = 0; i < key_fields.size(); ++i) {
+        sp->key_lits.push_back((i ? ",\"" : "\"") + key_fields[i] + "\":");
+        sp->key_names.push_back(interned(key_fields[i]));
+    }
+    for (const std::string& f : knowledge_fields) {
+        sp->know_lits.push_back("\"" + f + "\":");
+        sp->know_keys.push_back(interned(f));
+    }
+    sp->know_max = know_max;
+    sp->perf_max = perf_max;
+    sp->perf_key = interned("perf_us");
+    sp->default_key = interned("default_perf_us");
+    sp->attrs_cache = attrs_cache.release().ptr();
+    sp->attrs_fn = attrs_fn.release().ptr();
+    sp->unparsed = unparsed.release().ptr();
+    PyObject* cap = PyCapsule_New(sp.get(), kCapsule, spec_free);
+    if (cap == nullptr) throw py::error_already_set();
+    sp.release();
+    return py::reinterpret_steal<py::object>(cap);
+}
+
+void add_function(py::module_& m, PyMethodDef* def) {
+    PyObject* f = PyCFunction_NewEx(def, nullptr, m.ptr());
+    if (f == nullptr) throw py::error_already_set();
+    m.add_object(def->ml_name, py::reinterpret_steal<py::object>(f));
+}
+
+}  // namespace
+
+// Called from the module definition (bindings.cpp): adds `bank_spec`, `bank_scan`, `bank_case`,
+// `bank_pack`, `bank_unchanged` and `bank_probe`.
+void register_bank_scan(py::module_& m) {
+    m.def("bank_spec", &bank_spec, py::arg("op"), py::arg("vector"), py::arg("key_fields"),
+          py::arg("knowledge_fields"), py::arg("know_max"), py::arg("perf_max"), py::arg("attrs_cache"),
+          py::arg("attrs_fn"), py::arg("unparsed"),
+          "What `bank_scan` checks the lines of one operator file against (an opaque capsule).");
+    add_function(m, &kScanDef);
+    add_function(m, &kCaseDef);
+    add_function(m, &kPackDef);
+    add_function(m, &kUnchangedDef);
+    add_function(m, &kProbeDef);
+}
+
