@@ -222,9 +222,9 @@ class OpFile:
     Indexing by the pair makes the hit rule literal: a lookup hits only a record whose id AND whole
     packed key equal the query's, so a hash collision is never a hit, and the last line of a case
     wins. Resolution may run in any order, so each case keeps its last line (`index`) and, once it
-    has several, its first (`first`, where compaction puts the winner) by line number. `lines.recs[i]` is UNPARSED (filed),
-    None (damaged) or the line's case (a usable record; the record itself lives in the case's
-    `Entry` when the line wins). Not thread-safe: the bank serialises every call that resolves or
+    has several, its first (`first`, where compaction puts the winner) by line number.
+    `lines.recs[i]` is UNPARSED (filed), None (damaged) or the line's case (a usable record; the
+    record itself lives in the case's `Entry` when the line wins). Not thread-safe: the bank serialises every call that resolves or
     extends.
     """
 
@@ -339,7 +339,9 @@ class OpFile:
         under `h`, in aoe's layout, passing every rule: checked and cached in one native pass
         (`bank_scan`), indexed with the stores `_index_line` makes for the first line of a new case
         (its cached case marks the id resolved). SLOW (nothing done) for any other; the caller holds
-        the bank's lock."""
+        the bank's lock. `OpBank.lookup`'s native call does the same itself (csrc/bank_lookup.cpp,
+        `resolve_first`); this serves the lookups it leaves: a key the native packer does not take,
+        a line appended since the load, a file that changed."""
         i = self.pending.get(h)
         if type(i) is int:
             lines = self.lines
