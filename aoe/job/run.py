@@ -140,7 +140,8 @@ def _tuner(kind: str, settings: JobSettings) -> _Tuner:
     if kind == "opat":
         budget = opat.Budget(evaluations=settings.budget) if settings.budget else None
         conf = opat.OpatConfig(budget=budget, repeat_tune=settings.repeat_tune, workers=settings.workers,
-                               threads=settings.te_parallel, implmode=settings.implmode, builtin=settings.builtin)
+                               threads=settings.te_parallel, implmode=settings.implmode, builtin=settings.builtin,
+                               inline_s=settings.inline_s)
         return _Tuner("opat", "case", opat.tune_graph, opat_record, conf, settings.op_bank_dir, True)
     from .. import sgat  # lazily: it compiles (or loads) its Numba kernels
     from ..sgat.report import record_from_state
