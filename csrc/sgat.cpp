@@ -322,8 +322,9 @@ template <class T>
 const T* checked(const py::array& a, const char* name, std::initializer_list<int64_t> shape) {
     const std::string what = std::string("sgat evaluator: ") + name;
     if (!py::isinstance<py::array_t<T>>(a))
-        throw py::type_error(what + " must be a " + (std::is_same<T, double>::value ? "float64" : "int64") +
-                             " array, got " + std::string(py::str(a.dtype())));
+        throw py::type_error(what + " must be a numpy array of " +
+                             (std::is_same<T, double>::value ? "float64" : "int64") + ", got " +
+                             std::string(py::str(a.dtype())));
     bool ok = a.ndim() == py::ssize_t(shape.size());
     int d = 0;
     for (int64_t s : shape) {
