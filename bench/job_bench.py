@@ -16,7 +16,7 @@ Runs (`--runs`, default all):
   same job again without REPEAT_TUNE (every case is now a bank hit);
 - `bert_base`: OPAT, BERT-base training graph at 32 x 128 tokens, cold only;
 - `sgat`: SGAT's fixed overhead: subgraph tuning of MobileNetV2 inference at batch 1 on Ascend910A,
-  cold and warm (Numba's cache is warmed by an unmeasured run first), next to `python_import_s`, the
+  cold and warm (after an unmeasured run that fills the OS file cache), next to `python_import_s`, the
   CPU time of a process that only imports `aoe.cli` (the floor of any job).
 
 The jobs run with `--report off`: the tuning job itself. With matplotlib installed a job also writes
@@ -180,7 +180,7 @@ def sgat_run(root: Path) -> dict:
     argv = _aoe("-m", "zoo:mobilenet_v2", "-j", "1", "--soc_version", "Ascend910A", "--input_shape",
                 "input:1,3,224,224", "--progress_bar", "off", "--report", "off")
     warmup = root / "sgat_warmup"
-    run_timed(argv, warmup, _env(warmup, root, None))  # compiles (or loads) Numba's cache
+    run_timed(argv, warmup, _env(warmup, root, None))  # unmeasured: the files it reads are cached after it
     out: dict = {"model": "zoo:mobilenet_v2", "input_shape": "input:1,3,224,224", "soc": "Ascend910A"}
     out["cold"] = run_timed(argv, work, env)
     out["warm"] = run_timed(argv, work, env)

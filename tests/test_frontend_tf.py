@@ -434,6 +434,7 @@ print(cb.result.status)
 def test_training_script_without_main_guard(tmp_path: Path, job_env: dict[str, str]) -> None:
     """`AOE_MODE=2 python train.py` as users write it: tuned once, the script is not re-run by workers."""
     (tmp_path / "train.py").write_text(SCRIPT)
+    (tmp_path / "aoe.ini").write_text("inline_cpu_s = 0\n")   # workers from the first case: the script is imported
     env = dict(job_env, AOE_MODE="2", ASCEND_WORK_PATH=str(tmp_path), TUNING_PARALLEL_NUM="2",
                TF_CPP_MIN_LOG_LEVEL="3")
     p = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=env, capture_output=True, text=True, check=False,

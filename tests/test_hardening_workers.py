@@ -28,6 +28,7 @@ def _graph(i: int):
 @two_cpus
 def test_tune_from_several_threads_with_two_workers_each(env):
     """Threads share one bank (its file lock) and one work path; none hangs, every case reaches the bank."""
+    (env / "aoe.ini").write_text("inline_cpu_s = 0\n")   # workers from the first case, however small the graph
     n = 4
     results: dict[int, object] = {}
 
@@ -87,7 +88,7 @@ def _alive(pid: int) -> bool:
 
 def _job_with_workers(job_env: dict, tmp_path: Path, pipes: bool) -> tuple[subprocess.Popen, set[int]]:
     """A cold ResNet-50 job with two worker processes, once its forkserver and both workers run."""
-    (tmp_path / "aoe.ini").write_text("tuning_parallel_num = 2\n")
+    (tmp_path / "aoe.ini").write_text("tuning_parallel_num = 2\ninline_cpu_s = 0\n")
     out = subprocess.PIPE if pipes else subprocess.DEVNULL
     proc = subprocess.Popen([sys.executable, "-m", "aoe.cli", "-m", "zoo:resnet50", "-j", "2", "--training"],
                             cwd=tmp_path, env=dict(job_env, AOE_SEARCH_BUDGET="100000"), stdout=out, stderr=out)

@@ -95,6 +95,9 @@ def test_job_type_required_without_aoe_mode(env, capsys):
     ("[tuning]\ntuning_parallel_num = 65\n", "TUNING_PARALLEL_NUM"),
     ("[tuning]\ntuning_parallel_num = many\n", "TUNING_PARALLEL_NUM"),
     ("[tuning]\ntuning_paralel_num = 4\n", "unknown key 'tuning_paralel_num'"),
+    ("[tuning]\ninline_cpu_s = -1\n", "inline_cpu_s"),
+    ("[tuning]\ninline_cpu_s = nan\n", "inline_cpu_s"),
+    ("[tuning]\ninline_cpu_s = soon\n", "inline_cpu_s"),
 ])
 def test_bad_config_file_fails_cleanly(env, capsys, text, needle):
     (env / "aoe.ini").write_text(text)
@@ -111,6 +114,10 @@ def test_config_file_search_order(env, monkeypatch):
     assert cfg.read_config(cfg.find_config(other, {"AOE_CONFIG": "x"}, env)).tuning_parallel_num == 5
     s = aoe.job.settings_from_env({"AOE_CONFIG": str(other), "TUNE_BANK_PATH": str(env / "bank")}, cwd=env)
     assert s.tuning_parallel_asked == 5 and s.workers == min(5, cfg.cpu_count())
+    assert s.inline_s is None                                             # not set: the tuner's default
+    other.write_text("[tuning]\ninline_cpu_s = 1.5\n")
+    assert aoe.job.settings_from_env({"AOE_CONFIG": str(other), "TUNE_BANK_PATH": str(env / "bank")},
+                                     cwd=env).inline_s == 1.5
 
 
 def test_ascend_cache_path_is_checked_when_tune_bank_path_is_unset(env, capsys, monkeypatch):
@@ -358,6 +365,7 @@ def test_parallel_and_serial_runs_give_the_same_bank(env):
     for name in ("serial", "parallel"):
         (env / name).mkdir()
     r1 = aoe.tune("zoo:mobilenet_v2", bank=env / "serial", work_path=env / "w1", options=aoe.TuneOptions(workers=1))
+    (env / "aoe.ini").write_text("inline_cpu_s = 0\n")   # every case on the workers
     r2 = aoe.tune("zoo:mobilenet_v2", bank=env / "parallel", work_path=env / "w2", options=aoe.TuneOptions(workers=2))
     assert r1.section == r2.section
     b1, b2 = bank_content(env / "serial"), bank_content(env / "parallel")
@@ -650,6 +658,7 @@ def test_stuck_worker_processes_do_not_hang_the_stop(env, monkeypatch):
 
     monkeypatch.setattr(gt, "tune_job", _stuck_worker)
     monkeypatch.setenv("AOE_STOP_GRACE", "0.5")
+    (env / "aoe.ini").write_text("inline_cpu_s = 0\n")   # every case goes to the (stuck) workers
     threading.Timer(1.0, os.kill, (os.getpid(), sig.SIGTERM)).start()
     t0 = time.time()
     r = aoe.tune("zoo:mobilenet_v2", options=aoe.TuneOptions(workers=2))

@@ -156,11 +156,52 @@ def test_config_values_are_checked():
 def test_parallel_workers_give_the_serial_result(tmp_path):
     g = small_opat_graph()
     serial = tune_graph(g, SOC, tmp_path / "a", NO_BUILTIN)
-    parallel = tune_graph(g, SOC, tmp_path / "b", dataclasses.replace(NO_BUILTIN, workers=2))
+    parallel = tune_graph(g, SOC, tmp_path / "b", dataclasses.replace(NO_BUILTIN, workers=2, inline_s=0))
     assert [(r.op_name, r.outcome, r.after_us) for r in serial.records] == \
         [(r.op_name, r.outcome, r.after_us) for r in parallel.records]
     assert serial.to_result_section() == parallel.to_result_section()
     assert _bank_items(tmp_path / "a") == _bank_items(tmp_path / "b")
+
+
+class _RecordingPool:
+    """A stand-in for the worker pool: runs each job here and records which cases were handed to it."""
+
+    def __init__(self, jobs: list) -> None:
+        self.jobs = jobs
+
+    def __enter__(self) -> "_RecordingPool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def map(self, fn, jobs):
+        jobs = list(jobs)
+        self.jobs.extend(job[0].key for job in jobs)
+        return [fn(job) for job in jobs]
+
+    def shutdown(self, cancel_futures: bool = False) -> None:
+        return None
+
+
+def test_a_job_with_workers_tunes_its_first_cpu_seconds_itself(monkeypatch):
+    """Workers start only once `inline_s` CPU seconds went into tuning here; the result is the serial one."""
+    import aoe.opat.graph_tune as gt
+
+    g = small_opat_graph()
+    cfg = dataclasses.replace(NO_BUILTIN, budget=Budget(evaluations=500))
+    serial = tune_graph(g, SOC, None, cfg).to_result_section()
+    handed: dict[float, list] = {}
+    for inline_s in (0.0, 1e-9, 3600.0):    # workers at once; after the first case; never
+        handed[inline_s] = []
+        monkeypatch.setattr(gt, "worker_pool", lambda n, rec=handed[inline_s]: _RecordingPool(rec))
+        mixed = tune_graph(g, SOC, None, dataclasses.replace(cfg, workers=2, inline_s=inline_s))
+        assert mixed.to_result_section() == serial
+    n = len(handed[0.0])
+    assert n >= 3
+    assert handed[1e-9] == handed[0.0][1:] and handed[3600.0] == []
+    with pytest.raises(AoeError, match="inline_s"):
+        OpatConfig(inline_s=-1.0)
 
 
 def test_workers_tune_a_what_if_soc_as_given():
@@ -169,7 +210,7 @@ def test_workers_tune_a_what_if_soc_as_given():
     slow_hbm = SOC.replace(hbm_gbps=SOC.hbm_gbps / 8)
     cfg = dataclasses.replace(NO_BUILTIN, budget=Budget(evaluations=2000))
     serial = tune_graph(g, slow_hbm, None, cfg)
-    parallel = tune_graph(g, slow_hbm, None, dataclasses.replace(cfg, workers=2))
+    parallel = tune_graph(g, slow_hbm, None, dataclasses.replace(cfg, workers=2, inline_s=0))
     shipped = tune_graph(g, SOC, None, cfg)
     assert [r.after_us for r in parallel.records] == [r.after_us for r in serial.records]
     assert sum(r.after_us or 0 for r in parallel.records) > sum(r.after_us or 0 for r in shipped.records)

@@ -176,7 +176,7 @@ def bash_script(commands: list[tuple[str, int]]) -> str:
 # Files other sessions may be writing into the working tree while the blocks run; a README block's
 # outputs are result files, banks, models, locks, .ini/.json files, never source or docs.
 _AUTHORED = (".py", ".md", ".cpp", ".h", ".hpp", ".toml", ".txt")
-_CACHES = ("__pycache__", ".pytest_cache", ".hypothesis", ".numba_cache", ".ruff_cache", ".mypy_cache")
+_CACHES = ("__pycache__", ".pytest_cache", ".hypothesis", ".ruff_cache", ".mypy_cache")
 # An editor's atomic save of one of those files: `.name.py.<hex>.tmp`.
 _EDITOR_TMP = re.compile(r"\.(py|md|cpp|h|hpp|toml|txt)\.[0-9A-Za-z_]+\.tmp$")
 # The editable install may re-run CMake in the build tree when `aoe` is imported: the package's own doing.

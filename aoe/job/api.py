@@ -190,7 +190,7 @@ def verify(model: Any, mode: str | int = "op", soc: str = DEFAULT_SOC, bank: Pat
     if bank is not None:
         e["TUNE_BANK_PATH"] = os.fspath(bank)
     if m == 1:
-        from .. import sgat  # lazily: Numba
+        from .. import sgat  # lazily: an OPAT job never needs the SGAT tuner
 
         sgat.check_soc(soc_obj)
     op_dir = resolve_op_bank_dir(soc_obj.name, env=e) if m == 2 else None

@@ -20,7 +20,8 @@ that into `aoe: error: ...` and exit code 2.
 The config file (`aoe.ini`, INI syntax, keys case-insensitive, in any section — `[tuning]` is the
 convention) is looked for in this order: `--config FILE`, `$AOE_CONFIG`, `./aoe.ini` in the working
 directory. A file named by `--config` or `$AOE_CONFIG` must exist. Keys: `tuning_parallel_num`,
-`work_path`, `aoe_config_file` (a tune_ops file, same as `--tune_ops_file`).
+`work_path`, `aoe_config_file` (a tune_ops file, same as `--tune_ops_file`), `inline_cpu_s` (CPU
+seconds of tuning a job does in its own process before it starts its worker processes; default 0.3).
 """
 from __future__ import annotations
 
@@ -149,6 +150,18 @@ class IniConfig:
     tuning_parallel_num: int | None = None
     work_path: str | None = None
     aoe_config_file: str | None = None
+    inline_cpu_s: float | None = None
+
+
+def _seconds_in(name: str, value: str, hi: float) -> float:
+    """A number of seconds from 0 to `hi`, else an error naming the key and the range."""
+    try:
+        x = float(value.strip())
+    except ValueError:
+        x = float("nan")
+    if not 0.0 <= x <= hi:  # NaN fails too
+        raise AoeError(f"{name}={value!r} is not valid; set it to a number of seconds from 0 to {hi:g}")
+    return x
 
 
 def find_config(explicit: str | os.PathLike[str] | None, env: Mapping[str, str],
@@ -180,7 +193,7 @@ def read_config(path: Path | None) -> IniConfig:
         cp.read_string(text, source=str(path))
     except (OSError, UnicodeDecodeError, configparser.Error) as exc:
         raise AoeError(f"cannot read config file {path}: {exc}") from None
-    known = {"tuning_parallel_num", "work_path", "aoe_config_file"}
+    known = {"tuning_parallel_num", "work_path", "aoe_config_file", "inline_cpu_s"}
     for section in cp.sections():
         for key, value in cp.items(section):
             if key not in known:
@@ -190,6 +203,8 @@ def read_config(path: Path | None) -> IniConfig:
                 out.tuning_parallel_num = _int_in(f"TUNING_PARALLEL_NUM (in {path})", value, *TUNING_PARALLEL_RANGE)
             elif key == "work_path":
                 out.work_path = value.strip() or None
+            elif key == "inline_cpu_s":
+                out.inline_cpu_s = _seconds_in(f"inline_cpu_s (in {path})", value, 3600.0)
             else:
                 out.aoe_config_file = value.strip() or None
     return out

@@ -140,9 +140,10 @@ def _tuner(kind: str, settings: JobSettings) -> _Tuner:
     if kind == "opat":
         budget = opat.Budget(evaluations=settings.budget) if settings.budget else None
         conf = opat.OpatConfig(budget=budget, repeat_tune=settings.repeat_tune, workers=settings.workers,
-                               threads=settings.te_parallel, implmode=settings.implmode, builtin=settings.builtin)
+                               threads=settings.te_parallel, implmode=settings.implmode, builtin=settings.builtin,
+                               inline_s=settings.inline_s)
         return _Tuner("opat", "case", opat.tune_graph, opat_record, conf, settings.op_bank_dir, True)
-    from .. import sgat  # lazily: it compiles (or loads) its Numba kernels
+    from .. import sgat  # lazily: an OPAT job never needs the SGAT tuner
     from ..sgat.report import record_from_state
 
     return _Tuner("sgat", "subgraph", sgat.tune_graph, record_from_state,
@@ -185,7 +186,7 @@ def run_job(spec: JobSpec, settings: JobSettings, *, out: Callable[[str], None] 
     kind = KIND[spec.mode]
     soc = load_soc(spec.soc)
     if spec.mode == 1:
-        from ..sgat import check_soc  # lazily: Numba
+        from ..sgat import check_soc  # lazily: an OPAT job never needs the SGAT tuner
 
         check_soc(soc)
     graph = graph if graph is not None else load_graph(spec)

@@ -72,6 +72,7 @@ class JobSettings:
     op_bank_dir: Path | None = None
     subgraph_bank_dir: Path | None = None
     budget: int | None = None                   # evaluations per case (None: the tuner's default)
+    inline_s: float | None = None               # aoe.ini inline_cpu_s (None: the tuner's default)
     lock: bool = True
     lock_dir: Path | None = None
     progress: bool = True
@@ -245,7 +246,7 @@ def settings_from_env(env: Mapping[str, str] | None = None, *, soc: str = DEFAUL
                     tuning_parallel_asked=tp, workers=workers, repeat_tune=repeat, implmode=mode_name,
                     builtin=cfg.builtin_bank(env) if builtin is None else bool(builtin),
                     op_bank_dir=op_dir,
-                    subgraph_bank_dir=sg_dir, budget=budget, lock=lock,
+                    subgraph_bank_dir=sg_dir, budget=budget, inline_s=ini.inline_cpu_s, lock=lock,
                     lock_dir=Path(lock_dir) if lock_dir is not None else default_lock_dir(env),
                     progress=progress, reload=reload, config_path=ini.path, tune_ops_file=ini.aoe_config_file,
                     notes=notes)

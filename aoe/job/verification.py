@@ -140,7 +140,7 @@ def verify_graph(graph: Any, soc: Any, *, mode: int = 2, op_bank_dir: str | os.P
                        op_bank_dir=str(op_bank_dir) if op_bank_dir is not None else None,
                        subgraph_bank_dir=str(subgraph_bank_dir) if subgraph_bank_dir is not None else None)
     if mode == 1:
-        from .. import sgat  # lazily: Numba
+        from .. import sgat  # lazily: an OPAT verification never needs the SGAT tuner
 
         if subgraph_bank_dir is None:
             raise AoeError("subgraph verification needs a subgraph bank directory")

@@ -43,6 +43,8 @@ class OpatConfig:
     repeat_tune: bool = False               # tune cases found in a bank again
     builtin: bool = True                    # consult the built-in bank
     workers: int = 1                        # worker processes (results identical to serial)
+    # CPU seconds of tuning done in the job's own process before workers start (None: INLINE_CPU_S)
+    inline_s: float | None = None
     threads: int = 1                        # simulator threads per process
     seed: int = 0
     measure: Measure | None = None          # None: the simulator
@@ -50,12 +52,20 @@ class OpatConfig:
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise AoeError("the number of tuning workers must be at least 1")
+        if self.inline_s is not None and not self.inline_s >= 0:
+            raise AoeError(f"inline_s must be a number of CPU seconds >= 0, got {self.inline_s!r}")
         unknown = set(self.kinds) - set(KINDS)
         if unknown or not self.kinds:
             raise AoeError(f"tuning kinds must be a non-empty subset of {', '.join(KINDS)}; got {list(self.kinds)}")
         if self.implmode not in IMPL_MODES:
             raise AoeError(f"op_select_implmode must be one of {', '.join(IMPL_MODES)}, got {self.implmode!r}")
 
+
+# Starting worker processes costs about 0.2-0.3 s of CPU (a fork server importing numpy and the tuner,
+# then each worker warming its own caches), more than a short job's whole tuning: a re-run that only
+# re-tunes a few cases, or a small graph. So a job with workers tunes in its own process first and
+# hands the remaining cases to workers once this much of its CPU time has gone into tuning.
+INLINE_CPU_S = 0.3
 
 # A pluggable case executor (e.g. aoe.batch's Dask farm): an object with the `map(fn, jobs)` /
 # `shutdown(cancel_futures=)` / context-manager face of a concurrent.futures executor, returning results
@@ -161,6 +171,8 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
 
     farm = case_executor.get()
     parallel = (cfg.workers > 1 or farm is not None) and user_measure is None
+    # a farm (e.g. a Dask cluster) was asked for explicitly: every pending case goes to it
+    inline_left = 0.0 if farm is not None else (INLINE_CPU_S if cfg.inline_s is None else cfg.inline_s)
     for cid, (case, ops) in cases.items():
         if events.should_stop():
             stopped = True
@@ -188,14 +200,16 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
         if not should_tune(usable, cfg.repeat_tune):
             finish(cid, case, entry, in_use, default_t, None)
             continue
-        if parallel:
+        if parallel and inline_left <= 0.0:
             pending_tune.append((cid, case, entry, in_use, default_t))
             continue
+        c0 = time.thread_time()   # this thread's CPU: other threads of an embedding program do not count
         try:
             result: TuneResult | str = tune_case(case, soc, kinds=cfg.kinds, budget=budget, measure=user_measure,
                                                  implmode=cfg.implmode, seed=cfg.seed, threads=cfg.threads)
         except Exception as exc:  # noqa: BLE001 - one case failing must not stop the others
             result = f"{type(exc).__name__}: {exc}"
+        inline_left -= time.thread_time() - c0
         finish(cid, case, entry, in_use, default_t, result)
 
     if pending_tune and not stopped:

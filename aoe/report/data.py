@@ -286,7 +286,7 @@ def _groups(n: int, edges: list[tuple[int, int]], plan: np.ndarray) -> list[list
 
 
 def _flags(rd: Any, plan: np.ndarray) -> dict[str, Any]:
-    from ..sgat.evaluator import TILE_BASE  # lazily: Numba
+    from ..sgat.evaluator import TILE_BASE  # lazily: only reports of SGAT jobs need it
 
     e = rd.n_edges
     return {"split": ("rows", "columns")[int(plan[e])], "tile": TILE_BASE << int(plan[e + 1]),
@@ -297,7 +297,7 @@ def reprice_subgraphs(graph: Graph, soc: Soc, subgraph_bank_dir: str | os.PathLi
                       result_keys: set[str]) -> tuple[list[SubgraphView], float, float, float]:
     """Distinct subgraphs with the default fusion and the bank's plan (as `aoe.sgat.apply_bank`),
     and the model's (default-fusion, with-bank, unfused) times in µs."""
-    from .. import sgat  # lazily: Numba
+    from .. import sgat  # lazily: only reports of SGAT jobs need it
     from ..bank.subgraph import SubgraphBank
     from ..sgat.evaluator import evaluate
     from ..sgat.keys import plan_from_knowledge

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
+from .. import _sim
 from .evaluator import S_L2CAP, evaluate, kernel_costs, unfused_plan
 from .model import N_SPLITS, N_TILES, RegionData
 
@@ -118,29 +118,11 @@ def dp_chain(rd: RegionData) -> SearchResult:
     return SearchResult(plan, t, "dp", evaluated)
 
 
-@njit(cache=True)
-def _complete(plans, k, edges, n):
-    """Fill edges k.. of each plan: fused iff its ends are already in one kernel."""
-    ne = edges.shape[0]
-    label = np.empty(n, dtype=np.int64)
-    for p in range(plans.shape[0]):
-        for i in range(n):
-            label[i] = i
-        changed = True
-        while changed:
-            changed = False
-            for e in range(k):
-                if plans[p, e] == 1:
-                    a = label[edges[e, 0]]
-                    b = label[edges[e, 1]]
-                    if a != b:
-                        lo = min(a, b)
-                        for i in range(n):
-                            if label[i] == a or label[i] == b:
-                                label[i] = lo
-                        changed = True
-        for e in range(k, ne):
-            plans[p, e] = 1 if label[edges[e, 0]] == label[edges[e, 1]] else 0
+def _complete(plans: np.ndarray, k: int, edges: np.ndarray, n: int) -> np.ndarray:
+    """Fill edges k.. of each plan: fused iff its ends are already in one kernel (native, in place when
+    `plans` already is a C-contiguous int64 array); returns the plans."""
+    plans = np.ascontiguousarray(plans, dtype=np.int64)
+    _sim.sgat_complete(plans, int(k), np.ascontiguousarray(edges, dtype=np.int64), int(n))
     return plans
 
 
