@@ -15,6 +15,10 @@
 namespace py = pybind11;
 using namespace aoesim;
 
+namespace aoesim::space {
+void bind(py::module_& m);  // the OPAT Schedule spaces (space_bindings.cpp)
+}
+
 namespace {
 
 using I64Array = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
@@ -269,4 +273,5 @@ PYBIND11_MODULE(_sim, m) {
           "Full result (time, reason, busy per pipe, HBM/L2 bytes, bound unit) of every strategy row.");
     bind_sgat(m);
     register_bank_scan(m);
+    aoesim::space::bind(m);
 }

@@ -166,23 +166,21 @@ def test_lower_bounds_never_exceed_any_staging_of_their_outer_choice(op, soc):
 def test_conv_l1_footprint_is_the_simulators(op):
     """The conv stagings' L1 bytes decide which ping-pong variants are dropped: they must agree with
     the simulator's capacity check exactly (fits <=> not rejected for L1), every flag combination."""
-    from aoe.opat.bounds import conv_l1_bytes
     from aoe.opat.space import _C
 
     space = space_for(SOC, op)
-    expander = space.expand.__self__ if hasattr(space.expand, "__self__") else space.expand
+    expander = space.expand
     rng = np.random.default_rng(1)
     checked = 0
     for o in space.outer[rng.choice(len(space.outer), size=min(len(space.outer), 60), replace=False)]:
-        key = (int(o[_C["hoL0"]]), -(-expander.out_h // int(o[_C["hoDim"]])), int(o[_C["kL0"]]),
-               int(o[_C["nDim"]]) if expander.filt else 0, int(o[_C["woL0"]]), int(o[_C["nL0"]]))
-        base = np.unique(expander._stagings(key)[:, :3], axis=0)
+        key = tuple(expander.keys(o[None, :])[0])
+        base = np.unique(expander.stagings(key)[:, :3], axis=0)
         st = np.array([(*b, da, db) for b in base for da in (0, 1) for db in (0, 1)], np.int64).reshape(-1, 5)
         rows = np.repeat(o[None, :], len(st), axis=0)
         rows[:, _C["hoL1"]], rows[:, _C["kAL1"]], rows[:, _C["kBL1"]] = st[:, 0], st[:, 1], st[:, 2]
         rows[:, _C["pBufferFlag"]] = 28 + st[:, 3] + 2 * st[:, 4]
         reasons = sim.simulate_times(SOC, op, rows)[1]
-        fits = conv_l1_bytes(op, key, st) <= SOC.l1
+        fits = expander.l1_bytes(key, st) <= SOC.l1
         l1_overflow = sim.REASONS.index("l1_overflow")
         assert not (fits & (reasons == l1_overflow)).any()
         assert not (~fits & (reasons == 0)).any()

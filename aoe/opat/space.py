@@ -11,33 +11,19 @@ before anything is evaluated; whatever slips through is rejected by the simulato
 """
 from __future__ import annotations
 
-import functools
 import itertools
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from .. import _sim
 from ..sim import Conv2D, MatMul, SimOp, VectorOp, default_strategy, simulate_times
 from ..sim.heuristics import CONV_FIELDS, MM_FIELDS, VEC_FIELDS
 from ..sim.ops import DTYPE_BYTES
 from ..soc import Soc
-from .bounds import (
-    conv_bound,
-    conv_dims,
-    conv_row_bound,
-    matmul_bound,
-    matmul_row_bound,
-)
-from .inner import _C, _F, MM_OUTER, ConvExpander, MatmulExpander, _align, _cdiv
-
-
-def _pow2(limit: int, start: int) -> list[int]:
-    out, v = [], start
-    while v <= limit:
-        out.append(v)
-        v *= 2
-    return out or [start]
+from .bounds import conv_row_bound, matmul_row_bound
+from .inner import _C, _F, MM_OUTER, ConvExpander, MatmulExpander, _cdiv, conv_shape, matmul_shape
 
 
 def vector_space(soc: Soc, op: VectorOp) -> np.ndarray:
@@ -174,8 +160,7 @@ def _add_seed_outer(soc: Soc, space: FactoredSpace, order_col: int) -> None:
     """
     seeds = space.seeds
     cols = space.outer_cols
-    known = space.outer[:, cols]
-    new = [r for r in seeds if not (known == r[cols]).all(axis=1).any()]
+    new = [r for r in seeds if not _has_outer(space.outer, cols, r)]
     if not new:
         return
     add = np.repeat(np.array(new, np.int64), 2, axis=0)
@@ -184,6 +169,13 @@ def _add_seed_outer(soc: Soc, space: FactoredSpace, order_col: int) -> None:
     if space.lower_bound is not None:
         space.lower_bound = np.concatenate([space.lower_bound, np.full(len(add), float(soc.launch_us))])
     space.upper_size = None
+
+
+def _has_outer(outer: np.ndarray, cols: list[int], row: np.ndarray) -> bool:
+    """True if some outer row equals `row` on `cols` (one column compared over all rows, the rest
+    only where it matched: the outer set is large)."""
+    cand = np.flatnonzero(outer[:, cols[0]] == row[cols[0]])
+    return bool(len(cand)) and bool((outer[cand][:, cols] == row[cols]).all(axis=1).any())
 
 
 def _mm_lean(outer: np.ndarray) -> np.ndarray:
@@ -231,204 +223,45 @@ def _mm_repair(op: MatMul, rows: np.ndarray) -> np.ndarray:
 # --- matmul -------------------------------------------------------------------------------------
 
 def matmul_space(soc: Soc, op: MatMul) -> FactoredSpace:
-    """Outer: base block x per-core block (core split, split-K); inner: steps, order, L1 ping-pong, L2."""
-    ea = DTYPE_BYTES[op.dtype]
-    k0 = 32 // ea
-    m16, n16, kal = _align(op.m, 16), _align(op.n, 16), _align(op.k, k0)
-    batch = max(op.batch, op.batch_b or op.batch)
-    cores = soc.cube_cores
-    rows: list[np.ndarray] = []
-    bms = _block_sizes(m16, 512, 16)
-    bns = _block_sizes(n16, 512, 16)
-    bks = _block_sizes(kal, 32 * k0, k0)
-    for bm, bn in itertools.product(bms, bns):
-        if bm * bn * 4 > soc.l0c:
-            continue
-        m_blk, n_blk = _cdiv(op.m, bm), _cdiv(op.n, bn)
-        md = np.arange(1, min(cores, m_blk) + 1)
-        nd = np.arange(1, min(cores, n_blk) + 1)
-        mm_, nn_ = np.meshgrid(md, nd, indexing="ij")
-        ok = mm_ * nn_ <= cores
-        s_m = np.minimum(_cdiv(m_blk, mm_[ok]) * bm, m16)
-        s_n = np.minimum(_cdiv(n_blk, nn_[ok]) * bn, n16)
-        pairs = np.unique(np.stack([s_m, s_n], axis=1), axis=0)
-        tasks = batch * _cdiv(op.m, pairs[:, 0]) * _cdiv(op.n, pairs[:, 1])
-        used = np.minimum(tasks, cores)
-        pairs = pairs[used * 2 >= used.max()]  # splits that leave more than half the usable cores idle are dominated
-        for bk in bks:
-            if bm * bk * ea > soc.l0a or bn * bk * ea > soc.l0b:
-                continue
-            k_opts = [op.k]
-            for parts in (2, 4, 8):
-                if _cdiv(op.k, parts) >= bk:
-                    k_opts.append(_align(_cdiv(op.k, parts), bk))
-            for s_k in sorted(set(k_opts)):
-                tasks = batch * _cdiv(op.m, pairs[:, 0]) * _cdiv(op.n, pairs[:, 1]) * _cdiv(op.k, s_k)
-                if s_k != op.k:  # split-K only when the output alone cannot fill the cores
-                    sel = batch * _cdiv(op.m, pairs[:, 0]) * _cdiv(op.n, pairs[:, 1]) < cores
-                else:
-                    sel = np.ones(len(pairs), bool)
-                if not sel.any():
-                    continue
-                p = pairs[sel]
-                r = np.zeros((len(p), len(MM_FIELDS)), np.int64)
-                r[:, _F["usedCoreNum"]] = np.minimum(tasks[sel], cores)
-                r[:, _F["singleCoreM"]], r[:, _F["singleCoreN"]], r[:, _F["singleCoreK"]] = p[:, 0], p[:, 1], s_k
-                r[:, _F["baseM"]], r[:, _F["baseN"]], r[:, _F["baseK"]] = bm, bn, bk
-                rows.append(r)
-    outer = np.concatenate(rows) if rows else np.zeros((0, len(MM_FIELDS)), np.int64)
-    outer = _mm_default_inner(soc, op, outer)
+    """Outer: base block x per-core block (core split, split-K); inner: steps, order, L1 ping-pong, L2.
+
+    The outer rows come from `aoe._sim.matmul_space` (csrc/space_matmul.cpp), in this order: base
+    blocks M x N (powers of two, or the whole aligned dimension or an even split of it into 2-4
+    blocks, up to 512; the L0C block fits), the distinct per-core blocks of every core split
+    sorted (splits leaving more than half the usable cores idle dropped), base K blocks (up to 32
+    fractals, fitting L0A and L0B), then the per-core K: all of K, or K cut in 2, 4 or 8 (split-K,
+    only where the output alone cannot fill the cores). Each has CANN's staging (K in 256-element
+    chunks, or the whole K panel when it fits L1 double-buffered; L1 and L0 ping-pong where they
+    fit; 2 x 2 L2 tiles for operands beyond half of L2) in both iterate orders, and one lower bound
+    for the pair (`bounds.py`).
+    """
+    outer, lb = _sim.matmul_space(soc.native, matmul_shape(soc, op))
     expand = MatmulExpander(soc, op)
-    lb = np.repeat(matmul_bound(soc, op, outer[0::2], _F), 2)  # one bound per pair of iterate orders
     return FactoredSpace(list(MM_FIELDS), outer, expand, lb, expand.count, expand_many=expand.many,
                          expand_impl=expand.only)
 
 
-def _block_sizes(dim: int, cap: int, align: int) -> list[int]:
-    """Base-block sizes of one dimension: powers of two, and the whole (aligned) dimension or an even
-    split of it into 2-4 blocks when that fits (a 112-row M is one 112 block, not 128 with padding
-    or 64 + 48)."""
-    out = {b for b in _pow2(cap, align) if b <= dim}
-    out.update(b for b in (_align(-(-dim // j), align) for j in (1, 2, 3, 4)) if b <= cap)
-    return sorted(out)
-
-
-def _mm_l2_default(soc: Soc, op: MatMul, r: np.ndarray) -> None:
-    """L2 tiling for operands beyond L2: 2x2 tiles as the starting point (set in place)."""
-    mb = _cdiv(op.m, r[:, _F["singleCoreM"]])
-    nb = _cdiv(op.n, r[:, _F["singleCoreN"]])
-    r[:, _F["l2MTileBlock"]], r[:, _F["l2NTileBlock"]] = mb, nb
-    r[:, _F["l2MTileCnt"]] = r[:, _F["l2NTileCnt"]] = 1
-    ea = DTYPE_BYTES[op.dtype]
-    if (op.m * op.k + op.k * op.n) * ea > 0.5 * soc.l2:
-        bm_, bn_ = _cdiv(mb, 2), _cdiv(nb, 2)
-        r[:, _F["l2MTileBlock"]], r[:, _F["l2NTileBlock"]] = bm_, bn_
-        r[:, _F["l2MTileCnt"]], r[:, _F["l2NTileCnt"]] = _cdiv(mb, bm_), _cdiv(nb, bn_)
-        r[:, _F["tilingEnable"]] = 1
-
-
-def _mm_default_inner(soc: Soc, op: MatMul, outer: np.ndarray) -> np.ndarray:
-    """Give each outer row CANN's staging: K in 256-element chunks, ping-pong where it fits; both orders."""
-    ea = DTYPE_BYTES[op.dtype]
-    r = outer.copy()
-    bm, bn, bk = r[:, _F["baseM"]], r[:, _F["baseN"]], r[:, _F["baseK"]]
-    k_iter = _cdiv(np.minimum(r[:, _F["singleCoreK"]], op.k), bk)
-    step = np.maximum(1, np.minimum(k_iter, np.maximum(1, 256 // bk)))
-    # the whole K panel in L1 when it fits double-buffered (no re-reads): a block whose K does not
-    # divide into 256-element chunks is judged by its real potential, not by a ragged staging
-    whole = (2 * k_iter * (bm + bn) * bk * ea + (r[:, _F["baseN"]] * 4 if op.bias else 0)) <= soc.l1
-    step = np.where(whole, k_iter, step)
-    l1_db = (2 * step * (bm + bn) * bk * ea + (r[:, _F["baseN"]] * 4 if op.bias else 0)) <= soc.l1
-    r[:, _F["stepKa"]] = r[:, _F["stepKb"]] = step
-    r[:, _F["stepM"]] = r[:, _F["stepN"]] = 1
-    r[:, _F["depthA1"]] = r[:, _F["depthB1"]] = step * np.where(l1_db, 2, 1)
-    r[:, _F["dbL0A"]] = (2 * bm * bk * ea <= soc.l0a)
-    r[:, _F["dbL0B"]] = (2 * bn * bk * ea <= soc.l0b)
-    r[:, _F["dbL0C"]] = (2 * bm * bn * 4 <= soc.l0c)
-    _mm_l2_default(soc, op, r)
-    r0, r1 = r.copy(), r.copy()
-    r0[:, _F["iterateOrder"]], r1[:, _F["iterateOrder"]] = 0, 1
-    both = np.empty((2 * len(r), r.shape[1]), np.int64)
-    both[0::2], both[1::2] = r0, r1
-    return both
-
-
 # --- conv ---------------------------------------------------------------------------------------
 
-_CONV_PIXELS = (64, 128, 256, 512)   # L0 pixel-block targets
-_CONV_ROW_SPLITS = (1, 2, 4)         # the core's rows whole or cut evenly
-
-
 def conv_space(soc: Soc, op: Conv2D) -> FactoredSpace:
-    """Outer: core split x L0 block; inner: L1 staging (rows, K chunks), L1 ping-pong, iterate order."""
-    d = conv_dims(op)
-    n, h, w, kh, kw, ea, c0, g = d.n, d.h, d.w, d.kh, d.kw, d.ea, d.c0, d.g
-    cin_g, co_g, ho, wo = d.cin_g, d.co_g, d.ho, d.wo
-    filt = op.op_type.endswith("BackpropFilter")
-    if op.op_type.endswith("BackpropInput"):
-        out_h, out_w, out_c, k_al = h, w, cin_g, _align(co_g, c0) * kh * kw
-    else:
-        out_h, out_w, out_c, k_al = ho, wo, co_g, _align(cin_g, c0) * kh * kw
-    if filt:
-        out_h, out_w = ho, wo
-    win = kh * kw * c0
-    n_units = _cdiv(cin_g, c0) if filt else _cdiv(out_c, 16)
-    splits = _conv_splits(soc.cube_cores, g, n, out_h, n_units)
-    gd, bd, hd, nd = splits.T
-    # L0 pixel blocks: up to four widths dividing the output row, with rows for about 64 to 512
-    # pixels, and the core's rows whole or cut evenly in 2 or 4 (no ragged last block)
-    wo_l0s = np.array(sorted((d for d in range(1, min(out_w, 256) + 1) if out_w % d == 0), reverse=True)[:4],
-                      np.int64)
-    ho_core = _cdiv(out_h, hd)
-    s_i, w_i, m0 = np.meshgrid(np.arange(len(splits)), np.arange(len(wo_l0s)), np.array(_CONV_PIXELS),
-                               indexing="ij")
-    s_i, wo_l0, m0 = s_i.ravel(), wo_l0s[w_i.ravel()], m0.ravel()
-    ho_l0 = np.maximum(1, np.minimum(ho_core[s_i], m0 // wo_l0))
-    s_e, w_e, j_e = np.meshgrid(np.arange(len(splits)), np.arange(len(wo_l0s)), np.array(_CONV_ROW_SPLITS),
-                                indexing="ij")
-    s_i = np.concatenate([s_i, s_e.ravel()])
-    wo_l0 = np.concatenate([wo_l0, wo_l0s[w_e.ravel()]])
-    ho_l0 = np.concatenate([ho_l0, _cdiv(ho_core[s_e.ravel()], j_e.ravel())])
-    # the L0 buffers (ping-pong on, as every staging of the space has it) bound the pixels of a block
-    if filt:  # dW: the pixels are the K of both L0 operands (16 rows of each at least)
-        pix_al = _cdiv(ho_l0 * wo_l0, c0) * c0
-        keep = pix_al * 16 * ea * 2 <= min(soc.l0a, soc.l0b)
-    else:     # the M of L0A (K at least C0) and of L0C (16 channels at least, fp32)
-        pix_al = _cdiv(ho_l0 * wo_l0, 16) * 16
-        keep = (pix_al * c0 * ea * 2 <= soc.l0a) & (pix_al * 16 * 4 * 2 <= soc.l0c)
-    # distinct (split, hoL0, woL0): several targets collapse onto the same block when hoL0 is clipped
-    key = np.unique((s_i[keep] * 4096 + ho_l0[keep]) * 4096 + wo_l0[keep])
-    s_i, ho_l0, wo_l0 = key // (4096 * 4096), key // 4096 % 4096, key % 4096
-    # kL0 / nL0: powers of two and the whole per-core extent or an even split of it (`_block_sizes`)
-    if filt:
-        k_l0s = np.array(_block_sizes(_align(co_g, 16), 128, 16), np.int64)
-        n_cap = -(-_cdiv(_align(cin_g, c0) * kh * kw, nd[s_i]) // 16) * 16
-        n_max = 128
-    else:
-        k_l0s = np.array([v for v in _pow2(8 * c0, c0) if v <= k_al], np.int64)
-        n_cap = -(-_cdiv(out_c, nd[s_i]) // 16) * 16
-        n_max = 256
-    parts = []
-    for cap in np.unique(n_cap).tolist():
-        n_l0s = np.array(_block_sizes(cap, n_max, 16), np.int64)
-        bi, ki, ni = np.nonzero(np.broadcast_to(n_cap[:, None, None] == cap, (len(s_i), len(k_l0s), len(n_l0s))))
-        parts.append(np.stack([bi, k_l0s[ki], n_l0s[ni]], axis=1))
-    bi, kl, nl = np.concatenate(parts).T if parts else (np.zeros(0, np.int64),) * 3
-    pix = ho_l0[bi] * wo_l0[bi]
-    if filt:  # dW: M = Cout (kL0), N = channels x window (nL0), K = pixels
-        pk = _cdiv(pix, c0) * c0
-        fit = (kl * pk * ea * 2 <= soc.l0a) & (nl * pk * ea * 2 <= soc.l0b) & (kl * nl * 4 * 2 <= soc.l0c)
-    else:     # M = pixels, N = output channels (nL0), K = kL0
-        pm = _cdiv(pix, 16) * 16
-        fit = (pm * kl * ea * 2 <= soc.l0a) & (nl * kl * ea * 2 <= soc.l0b) & (pm * nl * 4 * 2 <= soc.l0c)
-    bi, kl, nl = bi[fit], kl[fit], nl[fit]
-    si = s_i[bi]
-    rows = np.zeros((len(bi), len(CONV_FIELDS)), np.int64)
-    rows[:, _C["batchDim"]], rows[:, _C["hoDim"]], rows[:, _C["nDim"]], rows[:, _C["groupDim"]] = \
-        bd[si], hd[si], nd[si], gd[si]
-    rows[:, _C["hoL1"]] = rows[:, _C["hoL0"]] = ho_l0[bi]
-    rows[:, _C["woL1"]] = out_w
-    rows[:, _C["woL0"]] = wo_l0[bi]
-    rows[:, _C["kL0"]], rows[:, _C["nL0"]] = kl, nl
-    # lexicographic order (ties of the bound break the same way); a column equal in every row orders nothing
-    varying = [j for j in range(rows.shape[1]) if len(rows) and rows[:, j].min() != rows[:, j].max()]
-    outer = rows[np.lexsort(rows[:, varying[::-1]].T)] if varying else rows
-    # default inner: smallest L1 staging that is legal, full ping-pong
-    outer = _conv_default_inner(soc, op, outer, filt, win, c0, k_al)
-    # no staging of an outer row can go below it (rows come in pairs, one per iterate order: one bound)
-    lb = np.repeat(conv_bound(soc, op, outer[0::2], _C), 2)
-    expand = ConvExpander(soc, op, filt, win, c0, k_al)
+    """Outer: core split x L0 block; inner: L1 staging (rows, K chunks), L1 ping-pong, iterate order.
+
+    The outer rows come from `aoe._sim.conv_space` (csrc/space_conv.cpp), in lexicographic order of
+    the strategy fields:
+    - core splits: the distinct effective splits of groups, batch, output rows and channel units
+      within 2x the least work per core (`_conv_splits`);
+    - L0 pixel blocks: up to four widths dividing the output row, with rows for about 64 to 512
+      pixels, and the core's rows whole or cut evenly in 2 or 4 (no ragged last block); the L0
+      buffers with ping-pong bound their pixels;
+    - kL0 / nL0: powers of two and the whole per-core extent or an even split of it (dW: Cout and
+      channels x window), fitting L0A, L0B and L0C with ping-pong.
+    Each row has one legal default staging (the smallest hoL1, the largest K chunk in whole windows,
+    dW the smallest; full ping-pong; rows without one are dropped) in both iterate orders, and one
+    lower bound for the pair (`bounds.py`). `ConvExpander` gives every staging.
+    """
+    outer, lb = _sim.conv_space(soc.native, conv_shape(op))
+    expand = ConvExpander(soc, op)
     return FactoredSpace(list(CONV_FIELDS), outer, expand, lb, expand.count, expand_many=expand.many)
-
-
-@functools.lru_cache(maxsize=16)
-def _split_tuples(cores: int) -> np.ndarray:
-    """Every (groupDim, batchDim, hoDim, nDim) whose product is at most `cores` (cached per core count)."""
-    out = [(gd, bd, hd, nd) for gd in range(1, cores + 1) for bd in range(1, cores // gd + 1)
-           for hd in range(1, cores // (gd * bd) + 1) for nd in range(1, cores // (gd * bd * hd) + 1)]
-    arr = np.array(out, np.int64)
-    arr.setflags(write=False)
-    return arr
 
 
 def _conv_splits(cores: int, g: int, n: int, out_h: int, n_units: int) -> np.ndarray:
@@ -437,53 +270,4 @@ def _conv_splits(cores: int, g: int, n: int, out_h: int, n_units: int) -> np.nda
     A split is effective when no dimension asks for more parts than it can be cut into evenly: d parts
     of x become ceil(x / ceil(x / d)) parts, so splits that give each core the same work collapse.
     """
-    t = _split_tuples(cores)
-    lim = np.array([g, n, out_h, n_units])
-    t = t[(t <= lim).all(axis=1)]
-    eff = _cdiv(lim, _cdiv(lim, t))
-    key = np.unique(((eff[:, 0] * 256 + eff[:, 1]) * 256 + eff[:, 2]) * 256 + eff[:, 3])
-    splits = np.stack([key >> 24, (key >> 16) & 255, (key >> 8) & 255, key & 255], axis=1)
-    loads = np.prod(_cdiv(lim, splits), axis=1)
-    return splits[loads <= 2 * loads.min()]
-
-
-def _conv_default_inner(soc: Soc, op: Conv2D, outer: np.ndarray, filt: bool, win: int, c0: int,
-                        k_al: int) -> np.ndarray:
-    """One legal L1 staging per outer conv row, in both iterate orders: what a search's outer phase prices.
-
-    The smallest hoL1 multiple, the largest K chunk in whole windows (dW: the smallest), full ping-pong;
-    a row with no legal staging is dropped. `ConvExpander` gives every staging.
-    """
-    if not len(outer):
-        return outer.reshape(-1, len(CONV_FIELDS))
-    _, c, h, _ = op.x
-    ho, _ = op.out_hw
-    cin_g, co_g = c // op.groups, op.weight[0] // op.groups
-    c1_total = _cdiv(cin_g, c0)
-    out_h = h if op.op_type.endswith("BackpropInput") else ho
-    ho_core = _cdiv(out_h, outer[:, _C["hoDim"]])
-    ho_l0, k_l0 = outer[:, _C["hoL0"]], outer[:, _C["kL0"]]
-    mults = np.array([1, 2, 4, 8])
-    hm_ok = ho_l0[:, None] * mults[None, :] <= np.maximum(ho_core, ho_l0)[:, None]
-    if filt:
-        ka = k_l0[:, None] * mults[None, :3]
-        ka_ok = ka <= _align(co_g, 16)
-        kb = win * mults[None, :3]
-        kb_ok = mults[None, :3] <= _cdiv(c1_total, outer[:, _C["nDim"]])[:, None]
-    else:
-        ka = win * mults[None, :]
-        ka_ok = (ka <= _cdiv(k_al, win) * win) & (ka % k_l0[:, None] == 0)
-    ka = np.broadcast_to(ka, (len(outer), ka.shape[1]))
-    ka_ok = np.broadcast_to(ka_ok, ka.shape)
-    ok_row = hm_ok.any(axis=1) & ka_ok.any(axis=1) & (kb_ok.any(axis=1) if filt else True)
-    i_h = np.argmax(hm_ok, axis=1)
-    i_a = np.argmax(ka_ok, axis=1) if filt else ka_ok.shape[1] - 1 - np.argmax(ka_ok[:, ::-1], axis=1)
-    staged = outer[ok_row].copy()
-    idx = np.flatnonzero(ok_row)
-    staged[:, _C["hoL1"]] = ho_l0[ok_row] * mults[i_h[ok_row]]
-    staged[:, _C["kAL1"]] = ka[idx, i_a[ok_row]]
-    staged[:, _C["kBL1"]] = kb[0, np.argmax(kb_ok, axis=1)[ok_row]] if filt else staged[:, _C["kAL1"]]
-    out = np.repeat(staged, 2, axis=0)
-    out[:, _C["pBufferFlag"]] = 31
-    out[:, _C["iterateMNOrder"]] = np.tile(np.array([0, 1]), len(staged))
-    return out
+    return _sim.conv_splits(cores, g, n, out_h, n_units)

@@ -1,12 +1,14 @@
 """The matmul staging template: which L1 steps, iterate orders and ping-pong settings a block class has.
 
-`MM_INNER` lists the small fields' combinations once; `k_stagings` resolves it for one K block and
-K-iteration count (the whole-panel and 256-element codes become real steps); `aoe.opat.inner`'s
-matmul expander keeps, per block class, the rows that are legal and not dominated.
+`MM_INNER` lists the small fields' combinations once, with two K steps that depend on the outer row
+coded (0: the whole K panel, -1: CANN's 256-element chunks); `UP_A` / `UP_B` pair each row with its
+L1 ping-pong upgrade. The native matmul expander (`aoe.opat.inner.MatmulExpander`) resolves the
+codes for one K block and K-iteration count (a resolved code is kept only where it is not one of the
+powers of two already; A's and B's steps must divide one another) and keeps, per block class, the
+rows that are legal and not dominated.
 """
 from __future__ import annotations
 
-import functools
 import itertools
 
 import numpy as np
@@ -32,7 +34,6 @@ def _small_dims_template() -> np.ndarray:
 
 
 MM_INNER = _small_dims_template()
-STEP_MAX = int(MM_INNER[:, 2:4].max())     # the largest M/N step of the template
 
 
 def _db_upgrades(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -46,25 +47,3 @@ def _db_upgrades(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 # L1 ping-pong only ever hides loads (the model, as the hardware, never runs slower with it): a
 # staging without it is kept only where the same staging with it does not fit L1
 UP_A, UP_B = _db_upgrades(MM_INNER)
-
-
-@functools.lru_cache(maxsize=4096)
-def k_stagings(bk: int, k_iter: int) -> tuple[np.ndarray, np.ndarray]:
-    """The `MM_INNER` template for one K block and K-iteration count: the staging fields of every
-    template row (columns as `_MM_STAGING`) and which rows are legal on the K side alone."""
-    t = MM_INNER  # stepKa, stepKb, stepM, stepN, order, L1 db A, L1 db B
-    chunk = max(1, min(k_iter, max(1, 256 // bk)))
-    ska = np.where(t[:, 0] == 0, k_iter, np.where(t[:, 0] == -1, chunk, t[:, 0]))
-    skb = np.where(t[:, 1] == 0, k_iter, np.where(t[:, 1] == -1, chunk, t[:, 1]))
-    def fresh(code: np.ndarray, step: np.ndarray) -> np.ndarray:
-        # the whole-panel and 256-chunk steps only where they are not one of the powers of two already
-        pow2 = (step & (step - 1)) == 0
-        return (code > 0) | ((~pow2 | (step > 16)) & ((code == 0) | (step != k_iter)))
-
-    table = np.stack([ska, skb, t[:, 2], t[:, 3], t[:, 4], t[:, 2] * ska * (1 + t[:, 5]),
-                      t[:, 3] * skb * (1 + t[:, 6])], axis=1)
-    legal = (ska <= k_iter) & (skb <= k_iter) & fresh(t[:, 0], ska) & fresh(t[:, 1], skb) \
-        & ((ska % skb == 0) | (skb % ska == 0))
-    table.setflags(write=False)
-    legal.setflags(write=False)
-    return table, legal

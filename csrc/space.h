@@ -1,0 +1,163 @@
+// OPAT Schedule spaces, natively: the outer choices of a Cube operator (core split, per-core and
+// base/L0 blocks, each with one default staging and a lower bound on its time) and the inner
+// choices (L1 stagings) of any batch of them. aoe/opat/space.py and inner.py describe the spaces;
+// this is the same enumeration, in the same order, giving the same integers and the same bits.
+//
+// Every integer rule is the Python one with Python's floor-division semantics (`py_cdiv`). The
+// floating-point ones (lower bounds, a convolution's L1 bytes) follow the Python's operation order
+// term by term and are compiled with -ffp-contract=off (CMakeLists.txt), so they round as numpy does.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "sim.h"
+
+namespace aoesim {
+namespace space {
+
+// Python's a // b and -(-a // b) on int64 (the divisor never zero here).
+inline int64_t py_fdiv(int64_t a, int64_t b) {
+    const int64_t q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+inline int64_t py_cdiv(int64_t a, int64_t b) { return -py_fdiv(-a, b); }
+inline int64_t py_align(int64_t a, int64_t b) { return py_cdiv(a, b) * b; }
+
+// Powers of two from `start` up to `limit`, or just `start` when it is above it (space.py `_pow2`).
+std::vector<int64_t> pow2_upto(int64_t limit, int64_t start);
+// Block sizes of one dimension: powers of two up to the dimension, and the whole (aligned) dimension
+// or an even split into 2-4 blocks where it fits `cap`; sorted, distinct (space.py `_block_sizes`).
+std::vector<int64_t> block_sizes(int64_t dim, int64_t cap, int64_t align);
+
+// A convolution as the spaces read it. Layout of the Python vector (inner.py `conv_shape`):
+constexpr int CONV_SHAPE_LEN = 18;  // dir n c h w cout kh kw sh sw ea eo g ho wo ekh ekw bias
+struct ConvShape {
+    int dir = 0;  // 0 forward, 1 dX (BackpropInput), 2 dW (BackpropFilter)
+    int64_t n, c, h, w, cout, kh, kw, sh, sw, ea, eo, g, ho, wo, ekh, ekw;
+    bool bias = false;
+    // derived: C0, per-group channels, window, the output the Cube computes and its K
+    int64_t c0, cin_g, co_g, khw, win, out_h, out_w, out_c, k_al, c1_total;
+    bool filt() const { return dir == 2; }
+    bool dx() const { return dir == 1; }
+};
+ConvShape conv_shape(const int64_t* v, int64_t len);  // throws std::invalid_argument when malformed
+
+// A matmul as the spaces read it. Layout of the Python vector (inner.py `matmul_shape`):
+constexpr int MM_SHAPE_LEN = 12;  // m n k batch_a batch_b ea eo a_nz b_nz c_nz bias l2_tiling
+struct MmShape {
+    int64_t m, n, k, batch_a, batch_b, ea, eo;
+    bool a_nz, b_nz, c_nz, bias;
+    bool l2;  // operands beyond half of L2: the L2 tiling variants are part of the space
+};
+MmShape mm_shape(const int64_t* v, int64_t len);
+
+// A Cube problem in matmul terms for the outer lower bound (bounds.py `cube_bound`'s `prob`).
+struct CubeProb {
+    int64_t M, N, K, batch_a, batch_b, ea, eo;
+    bool a_nz, b_nz, c_nz, bias, a_mem, b_mem;
+    double a_mte1_eff, b_mte1_eff;
+};
+// The terms of `cube_bound` that the core split and the per-core block fix (shared by every base
+// block of that split: computed once, with the operations numpy did, then reused as they are).
+struct CubeSplit {
+    int64_t t_m, t_n, t_k, a_m;
+    double waves, fractals, out_e, fix_pre, l0a, l0b, t2_floor;
+};
+CubeSplit cube_split(const SoC& s, const CubeProb& p, int64_t uc, int64_t s_m, int64_t s_n, int64_t s_k);
+// Lower bound (µs) of one Cube outer choice in matmul terms (bounds.py `cube_bound`, one row).
+double cube_block_bound(const SoC& s, const CubeProb& p, const CubeSplit& c, int64_t b_m, int64_t b_n,
+                        int64_t b_k);
+// A convolution in matmul terms (bounds.py `conv_bound`: the simulator's img2col) and one core
+// split's terms (fields batchDim, hoDim, nDim, groupDim).
+CubeProb conv_prob(const ConvShape& d);
+CubeSplit conv_split(const SoC& s, const ConvShape& d, const CubeProb& p, int64_t bd, int64_t hd, int64_t nd,
+                     int64_t gd);
+// Lower bound of a conv outer row with that split and L0 block.
+double conv_block_bound(const SoC& s, const ConvShape& d, const CubeProb& p, const CubeSplit& c, int64_t ho_l0,
+                        int64_t wo_l0, int64_t k_l0, int64_t n_l0);
+CubeProb matmul_prob(const MmShape& d);
+
+// Distinct effective conv core splits (g, batch, rows, channel units) within 2x the least work per
+// core, in the Python's order (space.py `_conv_splits`): 4 values per split.
+std::vector<int64_t> conv_splits(int cores, int64_t g, int64_t n, int64_t out_h, int64_t n_units);
+
+constexpr int CONV_NF = 14;  // conv strategy fields (aoe.sim.heuristics.CONV_FIELDS)
+constexpr int MM_NF = 23;    // matmul strategy fields (MM_FIELDS)
+
+// The outer rows of a conv space, each with its default staging in both iterate orders, and one
+// lower bound per row (space.py `conv_space`).
+void conv_outer(const SoC& s, const ConvShape& d, std::vector<int64_t>& rows, std::vector<double>& bound);
+// The outer rows of a matmul space, each with CANN's staging in both iterate orders, and one lower
+// bound per row (space.py `matmul_space`).
+void matmul_outer(const SoC& s, const MmShape& d, std::vector<int64_t>& rows, std::vector<double>& bound);
+
+// Hash of a small fixed-size integer key (a class of outer rows).
+template <int N>
+struct KeyHash {
+    size_t operator()(const std::array<int64_t, N>& k) const {
+        uint64_t h = 1469598103934665603ull;
+        for (int64_t v : k) h = (h ^ uint64_t(v)) * 1099511628211ull + (h >> 29);
+        return size_t(h);
+    }
+};
+
+// The L1 stagings of conv outer rows (inner.py `ConvExpander`), each class's derived once.
+class ConvStagings {
+  public:
+    using Key = std::array<int64_t, 6>;  // hoL0, rows per core, kL0, nDim (dW) or 0, woL0, nL0
+    static constexpr int NS = 5;         // hoL1, kAL1, kBL1, pBufferFlag, iterateMNOrder
+    ConvStagings(const ConvShape& d, int64_t l1) : d_(d), l1_(l1) {}
+    Key key(const int64_t* row) const;
+    // the legal stagings of a class (NS values each), in the expansion's order
+    const std::vector<int64_t>& stagings(const Key& k);
+    // L1 bytes of stagings (hoL1, kAL1, kBL1, L1 ping-pong of A, of B) of one class, as the
+    // simulator counts them: the A part, the B part and the bias (bounds.py `conv_l1_bytes`)
+    void l1_bytes(const Key& k, const int64_t* st, double& a, double& b, double& bias) const;
+    // every staging of each of `n` outer rows, row after row; `counts[i]` of row i
+    void expand(const int64_t* outer, int64_t n, std::vector<int64_t>& out, int64_t* counts);
+    int64_t count(const int64_t* outer, int64_t n);
+
+  private:
+    std::vector<int64_t> derive(const Key& k) const;
+    ConvShape d_;
+    int64_t l1_;
+    std::unordered_map<Key, std::vector<int64_t>, KeyHash<6>> classes_;
+};
+
+// The L1 stagings of matmul outer rows (inner.py `MatmulExpander`), from the staging template
+// (stagings.py `MM_INNER`: step K of A and B coded 0 = whole panel, -1 = 256-element chunks, step M,
+// step N, iterate order, L1 ping-pong of A and B) and its ping-pong upgrades (`UP_A`, `UP_B`).
+class MmStagings {
+  public:
+    using Key = std::array<int64_t, 7>;  // baseM, baseN, baseK, mIter, nIter (capped), kIter, split-K
+    static constexpr int NS = 7;         // stepKa, stepKb, stepM, stepN, iterateOrder, depthA1, depthB1
+    MmStagings(const MmShape& d, int64_t l1, std::vector<int64_t> tmpl, std::vector<int64_t> up_a,
+               std::vector<int64_t> up_b, int impl);
+    Key key(const int64_t* row) const;
+    const std::vector<int64_t>& stagings(const Key& k);
+    // inner variants of rows [idx...] of `outer` (already distinct outer shapes), base rows then
+    // the L2 tiling variants (when the space has them), appended to `out`
+    void expand(const int64_t* outer, const std::vector<int64_t>& idx, std::vector<int64_t>& out);
+    // how many variants rows [idx...] have, stopping after the 2048-row chunk that passes `limit`
+    int64_t count(const int64_t* outer, const std::vector<int64_t>& idx, int64_t limit);
+    int64_t l2_variants(int64_t mb, int64_t nb) const;
+
+  private:
+    std::vector<int64_t> derive(const Key& k) const;
+    MmShape d_;
+    int64_t l1_;
+    std::vector<int64_t> t_, up_a_, up_b_;
+    int64_t step_max_;
+    int impl_;  // -1: every staging; else only matmul implementation class `impl_`
+    std::unordered_map<Key, std::vector<int64_t>, KeyHash<7>> classes_;
+};
+
+// Indices of the first row of each distinct outer shape among rows [lo, hi) of `outer` (matmul: the
+// 7 fields that identify an outer choice), in order.
+std::vector<int64_t> mm_first_of_each(const int64_t* outer, int64_t lo, int64_t hi);
+
+}  // namespace space
+}  // namespace aoesim

@@ -1,0 +1,240 @@
+// pybind11 bindings of the native Schedule spaces (space.h): the outer rows of a conv or matmul space
+// with their lower bounds, and the stateful staging expanders (each class of outer rows derived once).
+// The expanders keep a cache and run with the GIL held, so one object is never used by two threads at
+// once; building a space (pure) releases the GIL.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "space.h"
+
+namespace py = pybind11;
+
+namespace aoesim {
+namespace space {
+
+namespace {
+
+using I64 = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+
+// A numpy array that owns `v` (no copy).
+template <class T>
+py::array_t<T> give(std::vector<T>&& v, std::vector<py::ssize_t> shape) {
+    if (v.empty()) return py::array_t<T>(shape);
+    auto* heap = new std::vector<T>(std::move(v));
+    py::capsule owner(heap, [](void* p) { delete static_cast<std::vector<T>*>(p); });
+    return py::array_t<T>(shape, heap->data(), owner);
+}
+
+// Rows of a 2-D array of `nf` columns (an empty array of any shape is no rows).
+int64_t rows_of(const I64& a, int nf, const char* what) {
+    if (a.size() == 0) return 0;
+    if (a.ndim() != 2 || a.shape(1) != nf)
+        throw std::invalid_argument(std::string(what) + " must be a 2-D integer array with " + std::to_string(nf) +
+                                    " columns");
+    return a.shape(0);
+}
+
+const int64_t* vec_of(const I64& a, int64_t len, const char* what) {
+    if (a.ndim() != 1 || a.shape(0) != len)
+        throw std::invalid_argument(std::string(what) + " must be a 1-D integer array of " + std::to_string(len) +
+                                    " values");
+    return a.data();
+}
+
+std::vector<int64_t> to_vector(const I64& a) { return {a.data(), a.data() + a.size()}; }
+
+template <class Build>
+py::tuple outer_space(Build build, int nf) {
+    std::vector<int64_t> rows;
+    std::vector<double> bound;
+    {
+        py::gil_scoped_release nogil;
+        build(rows, bound);
+    }
+    const auto n = py::ssize_t(bound.size());
+    return py::make_tuple(give(std::move(rows), {n, nf}), give(std::move(bound), {n}));
+}
+
+py::array_t<int64_t> group_bounds(const std::vector<int64_t>& rows_per_group) {
+    std::vector<int64_t> b(rows_per_group.size() + 1, 0);
+    for (size_t i = 0; i < rows_per_group.size(); ++i) b[i + 1] = b[i] + rows_per_group[i];
+    const auto n = py::ssize_t(b.size());
+    return give(std::move(b), {n});
+}
+
+}  // namespace
+
+void bind(py::module_& m) {
+    m.def(
+        "conv_space",
+        [](const SoC& soc, const I64& shape) {
+            const ConvShape d = conv_shape(vec_of(shape, CONV_SHAPE_LEN, "a conv shape"), CONV_SHAPE_LEN);
+            return outer_space([&](auto& r, auto& b) { conv_outer(soc, d, r, b); }, CONV_NF);
+        },
+        py::arg("soc"), py::arg("shape"),
+        "The outer rows of a conv Schedule space (core split x L0 block, in lexicographic order), each "
+        "with its default staging in both iterate orders, and each row's lower bound (µs).");
+    m.def(
+        "matmul_space",
+        [](const SoC& soc, const I64& shape) {
+            const MmShape d = mm_shape(vec_of(shape, MM_SHAPE_LEN, "a matmul shape"), MM_SHAPE_LEN);
+            return outer_space([&](auto& r, auto& b) { matmul_outer(soc, d, r, b); }, MM_NF);
+        },
+        py::arg("soc"), py::arg("shape"),
+        "The outer rows of a matmul Schedule space (base block x per-core block, split-K), each with "
+        "CANN's staging in both iterate orders, and each row's lower bound (µs).");
+    m.def(
+        "conv_splits",
+        [](int cores, int64_t g, int64_t n, int64_t out_h, int64_t n_units) {
+            if (cores < 1 || g < 1 || n < 1 || out_h < 1 || n_units < 1)
+                throw std::invalid_argument("core count and dimensions must be positive");
+            std::vector<int64_t> v = conv_splits(cores, g, n, out_h, n_units);
+            const auto rows = py::ssize_t(v.size() / 4);
+            return give(std::move(v), {rows, 4});
+        },
+        py::arg("cores"), py::arg("g"), py::arg("n"), py::arg("out_h"), py::arg("n_units"),
+        "Distinct effective conv core splits (g, batch, rows, channel units) within 2x the least work.");
+
+    py::class_<ConvStagings>(m, "ConvStagings",
+                             "Every legal, undominated L1 staging of conv outer rows (each class derived once).")
+        .def(py::init([](const I64& shape, int64_t l1) {
+                 return new ConvStagings(conv_shape(vec_of(shape, CONV_SHAPE_LEN, "a conv shape"), CONV_SHAPE_LEN),
+                                         l1);
+             }),
+             py::arg("shape"), py::arg("l1"))
+        .def(
+            "expand",
+            [](ConvStagings& self, const I64& outer) {
+                const int64_t n = rows_of(outer, CONV_NF, "outer rows");
+                std::vector<int64_t> out, counts(static_cast<size_t>(n));
+                self.expand(outer.data(), n, out, counts.data());
+                const auto k = py::ssize_t(out.size() / CONV_NF);
+                return py::make_tuple(give(std::move(out), {k, CONV_NF}), give(std::move(counts), {py::ssize_t(n)}));
+            },
+            py::arg("outer"), "(every staging of each outer row, row after row; how many each row has)")
+        .def(
+            "expand_groups",
+            [](ConvStagings& self, const std::vector<I64>& groups) {
+                std::vector<int64_t> out, per(groups.size());
+                std::vector<int64_t> counts;
+                for (size_t g = 0; g < groups.size(); ++g) {
+                    const int64_t n = rows_of(groups[g], CONV_NF, "outer rows");
+                    counts.resize(size_t(n));
+                    const size_t before = out.size();
+                    self.expand(groups[g].data(), n, out, counts.data());
+                    per[g] = int64_t((out.size() - before) / CONV_NF);
+                }
+                const auto k = py::ssize_t(out.size() / CONV_NF);
+                return py::make_tuple(give(std::move(out), {k, CONV_NF}), group_bounds(per));
+            },
+            py::arg("groups"), "(the expansion of every group, group after group; where each group starts + the end)")
+        .def(
+            "count",
+            [](ConvStagings& self, const I64& outer) {
+                return self.count(outer.data(), rows_of(outer, CONV_NF, "outer rows"));
+            },
+            py::arg("outer"), "How many stagings the outer rows have in all.")
+        .def(
+            "keys",
+            [](const ConvStagings& self, const I64& outer) {
+                const int64_t n = rows_of(outer, CONV_NF, "outer rows");
+                std::vector<int64_t> out;
+                for (int64_t i = 0; i < n; ++i) {
+                    const auto k = self.key(outer.data() + i * CONV_NF);
+                    out.insert(out.end(), k.begin(), k.end());
+                }
+                return give(std::move(out), {py::ssize_t(n), 6});
+            },
+            py::arg("outer"), "The class key of each outer row: hoL0, rows per core, kL0, nDim (dW) or 0, woL0, nL0.")
+        .def(
+            "stagings",
+            [](ConvStagings& self, const ConvStagings::Key& key) {
+                std::vector<int64_t> v = self.stagings(key);
+                const auto k = py::ssize_t(v.size() / ConvStagings::NS);
+                return give(std::move(v), {k, ConvStagings::NS});
+            },
+            py::arg("key"), "A class's stagings: hoL1, kAL1, kBL1, pBufferFlag, iterateMNOrder.")
+        .def(
+            "l1_bytes",
+            [](const ConvStagings& self, const ConvStagings::Key& key, const I64& st) {
+                const int64_t n = rows_of(st, 5, "stagings");
+                std::vector<double> out(static_cast<size_t>(n));
+                for (int64_t i = 0; i < n; ++i) {
+                    double a, b, bias;
+                    self.l1_bytes(key, st.data() + 5 * i, a, b, bias);
+                    out[size_t(i)] = a + b + bias;
+                }
+                return give(std::move(out), {py::ssize_t(n)});
+            },
+            py::arg("key"), py::arg("stagings"),
+            "L1 bytes of a class's stagings (hoL1, kAL1, kBL1, L1 ping-pong of A, of B) as the simulator counts them.");
+
+    py::class_<MmStagings>(m, "MatmulStagings",
+                           "Every legal, undominated staging (and L2 tiling) of matmul outer rows, from the staging "
+                           "template (each class derived once); `impl` >= 0 keeps one implementation class.")
+        .def(py::init([](const I64& shape, int64_t l1, const I64& tmpl, const I64& up_a, const I64& up_b, int impl) {
+                 return new MmStagings(mm_shape(vec_of(shape, MM_SHAPE_LEN, "a matmul shape"), MM_SHAPE_LEN), l1,
+                                       to_vector(tmpl), to_vector(up_a), to_vector(up_b), impl);
+             }),
+             py::arg("shape"), py::arg("l1"), py::arg("template"), py::arg("up_a"), py::arg("up_b"),
+             py::arg("impl") = -1)
+        .def(
+            "expand",
+            [](MmStagings& self, const I64& outer) {
+                const int64_t n = rows_of(outer, MM_NF, "outer rows");
+                std::vector<int64_t> out;
+                self.expand(outer.data(), mm_first_of_each(outer.data(), 0, n), out);
+                const auto k = py::ssize_t(out.size() / MM_NF);
+                return give(std::move(out), {k, MM_NF});
+            },
+            py::arg("outer"), "Every variant of each distinct outer shape: the plain rows, then the L2 tilings.")
+        .def(
+            "expand_groups",
+            [](MmStagings& self, const std::vector<I64>& groups) {
+                std::vector<int64_t> out, per(groups.size());
+                for (size_t g = 0; g < groups.size(); ++g) {
+                    const int64_t n = rows_of(groups[g], MM_NF, "outer rows");
+                    const size_t before = out.size();
+                    self.expand(groups[g].data(), mm_first_of_each(groups[g].data(), 0, n), out);
+                    per[g] = int64_t((out.size() - before) / MM_NF);
+                }
+                const auto k = py::ssize_t(out.size() / MM_NF);
+                return py::make_tuple(give(std::move(out), {k, MM_NF}), group_bounds(per));
+            },
+            py::arg("groups"), "(`expand` of every group, group after group; where each group starts + the end)")
+        .def(
+            "count",
+            [](MmStagings& self, const I64& outer, int64_t limit) {
+                const int64_t n = rows_of(outer, MM_NF, "outer rows");
+                return self.count(outer.data(), mm_first_of_each(outer.data(), 0, n), limit);
+            },
+            py::arg("outer"), py::arg("limit") = -1,
+            "Size of `expand(outer)`; with a limit >= 0 it stops after the 2048 distinct rows that pass it.")
+        .def(
+            "keys",
+            [](const MmStagings& self, const I64& outer) {
+                const int64_t n = rows_of(outer, MM_NF, "outer rows");
+                std::vector<int64_t> out;
+                for (int64_t i = 0; i < n; ++i) {
+                    const auto k = self.key(outer.data() + i * MM_NF);
+                    out.insert(out.end(), k.begin(), k.end());
+                }
+                return give(std::move(out), {py::ssize_t(n), 7});
+            },
+            py::arg("outer"), "The class key of each outer row: baseM/N/K, mIter, nIter (capped), kIter, split-K.")
+        .def(
+            "stagings",
+            [](MmStagings& self, const MmStagings::Key& key) {
+                std::vector<int64_t> v = self.stagings(key);
+                const auto k = py::ssize_t(v.size() / MmStagings::NS);
+                return give(std::move(v), {k, MmStagings::NS});
+            },
+            py::arg("key"), "A class's stagings: stepKa, stepKb, stepM, stepN, iterateOrder, depthA1, depthB1.");
+}
+
+}  // namespace space
+}  // namespace aoesim

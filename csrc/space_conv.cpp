@@ -1,0 +1,334 @@
+// A convolution's Schedule space (aoe/opat/space.py `conv_space`, inner.py `ConvExpander`): the
+// outer rows (core split x L0 block), in lexicographic order, each with its default staging in both
+// iterate orders and its lower bound; and every legal, undominated L1 staging of any outer row.
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <stdexcept>
+#include <tuple>
+
+#include "space.h"
+
+namespace aoesim {
+namespace space {
+
+std::vector<int64_t> pow2_upto(int64_t limit, int64_t start) {
+    std::vector<int64_t> out;
+    for (int64_t v = start; v <= limit; v *= 2) out.push_back(v);
+    if (out.empty()) out.push_back(start);
+    return out;
+}
+
+std::vector<int64_t> block_sizes(int64_t dim, int64_t cap, int64_t align) {
+    std::set<int64_t> out;
+    for (int64_t b : pow2_upto(cap, align))
+        if (b <= dim) out.insert(b);
+    for (int64_t j = 1; j <= 4; ++j) {
+        const int64_t b = py_align(py_cdiv(dim, j), align);
+        if (b <= cap) out.insert(b);
+    }
+    return {out.begin(), out.end()};
+}
+
+std::vector<int64_t> conv_splits(int cores, int64_t g, int64_t n, int64_t out_h, int64_t n_units) {
+    // every (g, batch, rows, units) split with at most `cores` parts in all and none above its
+    // dimension, as its effective split (d parts of x are ceil(x / ceil(x / d)) parts), packed as
+    // space.py packs them (8 bits each) so that the order and any collision are the same
+    const int64_t lim[4] = {g, n, out_h, n_units};
+    std::set<int64_t> keys;
+    auto eff = [&](int j, int64_t t) { return py_cdiv(lim[j], py_cdiv(lim[j], t)); };
+    for (int64_t gd = 1; gd <= std::min<int64_t>(cores, g); ++gd)
+        for (int64_t bd = 1; bd <= std::min<int64_t>(cores / gd, n); ++bd)
+            for (int64_t hd = 1; hd <= std::min<int64_t>(cores / (gd * bd), out_h); ++hd)
+                for (int64_t nd = 1; nd <= std::min<int64_t>(cores / (gd * bd * hd), n_units); ++nd)
+                    keys.insert(((eff(0, gd) * 256 + eff(1, bd)) * 256 + eff(2, hd)) * 256 + eff(3, nd));
+    std::vector<int64_t> splits;
+    std::vector<int64_t> loads;
+    for (int64_t key : keys) {
+        const int64_t s[4] = {key >> 24, (key >> 16) & 255, (key >> 8) & 255, key & 255};
+        int64_t load = 1;
+        for (int j = 0; j < 4; ++j) load *= py_cdiv(lim[j], s[j]);
+        splits.insert(splits.end(), s, s + 4);
+        loads.push_back(load);
+    }
+    if (loads.empty()) return splits;
+    const int64_t least = *std::min_element(loads.begin(), loads.end());
+    std::vector<int64_t> out;
+    for (size_t i = 0; i < loads.size(); ++i)
+        if (loads[i] <= 2 * least) out.insert(out.end(), splits.begin() + 4 * i, splits.begin() + 4 * i + 4);
+    return out;
+}
+
+namespace {
+
+constexpr int64_t CONV_PIXELS[4] = {64, 128, 256, 512};  // L0 pixel-block targets
+constexpr int64_t CONV_ROW_SPLITS[3] = {1, 2, 4};        // the core's rows whole or cut evenly
+
+// Give one outer row (L1 fields at their L0 values) its default staging (space.py
+// `_conv_default_inner`): the smallest hoL1 multiple, the largest K chunk in whole windows (dW: the
+// smallest), full ping-pong. False when it has no legal one (the row is dropped). `ho_core`: the
+// rows per core; `c1_core`: the C0 channel groups per core (dW).
+bool default_inner(const ConvShape& d, int64_t ho_core, int64_t c1_core, int64_t* r) {
+    static const int64_t mults[4] = {1, 2, 4, 8};
+    const int64_t ho_l0 = r[8], k_l0 = r[10];
+    int i_h = -1;
+    for (int i = 0; i < 4 && i_h < 0; ++i)
+        if (ho_l0 * mults[i] <= std::max(ho_core, ho_l0)) i_h = i;
+    int64_t ka = -1, kb = -1;
+    if (d.filt()) {
+        const int64_t co = py_align(d.co_g, 16);
+        for (int i = 0; i < 3 && ka < 0; ++i)
+            if (k_l0 * mults[i] <= co) ka = k_l0 * mults[i];
+        for (int i = 0; i < 3 && kb < 0; ++i)
+            if (mults[i] <= c1_core) kb = d.win * mults[i];
+    } else {
+        const int64_t whole = py_cdiv(d.k_al, d.win) * d.win;
+        for (int i = 0; i < 4; ++i) {
+            const int64_t v = d.win * mults[i];
+            if (v <= whole && v % k_l0 == 0) ka = v;
+        }
+        kb = ka;
+    }
+    if (i_h < 0 || ka < 0 || kb < 0) return false;
+    r[4] = ho_l0 * mults[i_h];
+    r[6] = ka;
+    r[7] = kb;
+    r[12] = 31;
+    return true;
+}
+
+// The per-core channel extent nL0 blocks are cut from (dW: channels x window), 16-aligned.
+int64_t n_cap_of(const ConvShape& d, int64_t nd) {
+    return d.filt() ? py_cdiv(py_cdiv(py_align(d.cin_g, d.c0) * d.kh * d.kw, nd), 16) * 16
+                    : py_cdiv(py_cdiv(d.out_c, nd), 16) * 16;
+}
+
+}  // namespace
+
+void conv_outer(const SoC& s, const ConvShape& d, std::vector<int64_t>& rows, std::vector<double>& bound) {
+    const bool filt = d.filt();
+    const int64_t out_h = d.out_h, out_w = d.out_w, ea = d.ea, c0 = d.c0;
+    const int64_t n_units = filt ? py_cdiv(d.cin_g, c0) : py_cdiv(d.out_c, 16);
+    const std::vector<int64_t> sp = conv_splits(s.cube_cores, d.g, d.n, out_h, n_units);  // gd bd hd nd
+    const int64_t n_split = int64_t(sp.size() / 4);
+    // L0 pixel blocks: up to four widths dividing the output row, with rows for about 64 to 512
+    // pixels, and the core's rows whole or cut evenly in 2 or 4
+    std::vector<int64_t> wo_l0s;
+    for (int64_t v = std::min<int64_t>(out_w, 256); v >= 1 && wo_l0s.size() < 4; --v)
+        if (out_w % v == 0) wo_l0s.push_back(v);
+    // distinct (split, hoL0, woL0) whose L0 block fits with ping-pong, packed as space.py packs them
+    std::set<int64_t> keys;
+    auto add = [&](int64_t si, int64_t ho_l0, int64_t wo_l0) {
+        bool keep;
+        if (filt) {  // dW: the pixels are the K of both L0 operands (16 rows of each at least)
+            const int64_t pix_al = py_cdiv(ho_l0 * wo_l0, c0) * c0;
+            keep = pix_al * 16 * ea * 2 <= std::min(s.l0a, s.l0b);
+        } else {     // the M of L0A (K at least C0) and of L0C (16 channels at least, fp32)
+            const int64_t pix_al = py_cdiv(ho_l0 * wo_l0, 16) * 16;
+            keep = pix_al * c0 * ea * 2 <= s.l0a && pix_al * 16 * 4 * 2 <= s.l0c;
+        }
+        if (keep) keys.insert((si * 4096 + ho_l0) * 4096 + wo_l0);
+    };
+    for (int64_t si = 0; si < n_split; ++si) {
+        const int64_t ho_core = py_cdiv(out_h, sp[4 * si + 2]);
+        for (int64_t wo_l0 : wo_l0s)
+            for (int64_t m0 : CONV_PIXELS) add(si, std::max<int64_t>(1, std::min(ho_core, py_fdiv(m0, wo_l0))), wo_l0);
+        for (int64_t wo_l0 : wo_l0s)
+            for (int64_t j : CONV_ROW_SPLITS) add(si, py_cdiv(ho_core, j), wo_l0);
+    }
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> blocks(static_cast<size_t>(n_split));
+    for (int64_t key : keys) {
+        const int64_t si = py_fdiv(key, 4096 * 4096);
+        if (si < 0 || si >= n_split) throw std::out_of_range("conv L0 block out of the packing's range");
+        blocks[size_t(si)].emplace_back(py_fdiv(key, 4096) % 4096, key % 4096);
+    }
+    // kL0 / nL0: powers of two and the whole per-core extent or an even split of it
+    std::vector<int64_t> k_l0s;
+    if (filt) {
+        k_l0s = block_sizes(py_align(d.co_g, 16), 128, 16);
+    } else {
+        for (int64_t v : pow2_upto(8 * c0, c0))
+            if (v <= d.k_al) k_l0s.push_back(v);
+    }
+    // the rows in lexicographic order of the strategy fields: splits by (batch, rows, units, g),
+    // then hoL0 (= hoL1), woL0, kL0, nL0, each ascending (woL1 is the same in every row)
+    std::vector<int64_t> order(static_cast<size_t>(n_split));
+    for (int64_t i = 0; i < n_split; ++i) order[size_t(i)] = i;
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+        const int64_t* x = &sp[size_t(4 * a)];
+        const int64_t* y = &sp[size_t(4 * b)];
+        return std::make_tuple(x[1], x[2], x[3], x[0]) < std::make_tuple(y[1], y[2], y[3], y[0]);
+    });
+    // at most this many rows (the L0 fit drops some): reserved once, not grown
+    size_t most = 0;
+    for (int64_t si = 0; si < n_split; ++si) {
+        const int64_t nd = sp[size_t(4 * si + 3)];
+        most += 2 * blocks[size_t(si)].size() * k_l0s.size() * block_sizes(n_cap_of(d, nd), filt ? 128 : 256, 16).size();
+    }
+    rows.clear();
+    bound.clear();
+    rows.reserve(most * CONV_NF);
+    bound.reserve(most);
+    const CubeProb prob = conv_prob(d);
+    int64_t r[CONV_NF];
+    for (int64_t si : order) {
+        const int64_t gd = sp[size_t(4 * si)], bd = sp[size_t(4 * si + 1)], hd = sp[size_t(4 * si + 2)];
+        const int64_t nd = sp[size_t(4 * si + 3)];
+        const std::vector<int64_t> n_l0s = block_sizes(n_cap_of(d, nd), filt ? 128 : 256, 16);
+        const CubeSplit split = conv_split(s, d, prob, bd, hd, nd, gd);
+        const int64_t ho_core = py_cdiv(out_h, hd), c1_core = py_cdiv(d.c1_total, nd);
+        for (const auto& [ho_l0, wo_l0] : blocks[size_t(si)]) {
+            const int64_t pix = ho_l0 * wo_l0;
+            const int64_t pk = py_cdiv(pix, c0) * c0, pm = py_cdiv(pix, 16) * 16;
+            for (int64_t kl : k_l0s)
+                for (int64_t nl : n_l0s) {
+                    // the L0 buffers with ping-pong; dW: M = Cout (kL0), N = channels x window (nL0),
+                    // K = pixels; else M = pixels, N = output channels (nL0), K = kL0
+                    const bool fit = filt ? kl * pk * ea * 2 <= s.l0a && nl * pk * ea * 2 <= s.l0b &&
+                                                kl * nl * 4 * 2 <= s.l0c
+                                          : pm * kl * ea * 2 <= s.l0a && nl * kl * ea * 2 <= s.l0b &&
+                                                pm * nl * 4 * 2 <= s.l0c;
+                    if (!fit) continue;
+                    const int64_t base[CONV_NF] = {bd, hd, nd, gd, ho_l0, out_w, 0, 0, ho_l0, wo_l0, kl, nl, 0, 0};
+                    std::copy(base, base + CONV_NF, r);
+                    if (!default_inner(d, ho_core, c1_core, r)) continue;
+                    // no staging of an outer row goes below its bound (one for both iterate orders)
+                    const double b = conv_block_bound(s, d, prob, split, ho_l0, wo_l0, kl, nl);
+                    for (int64_t ord = 0; ord < 2; ++ord) {
+                        r[13] = ord;
+                        rows.insert(rows.end(), r, r + CONV_NF);
+                        bound.push_back(b);
+                    }
+                }
+        }
+    }
+}
+
+ConvStagings::Key ConvStagings::key(const int64_t* row) const {
+    return {row[8], py_cdiv(d_.out_h, row[1]), row[10], d_.filt() ? row[2] : 0, row[9], row[11]};
+}
+
+void ConvStagings::l1_bytes(const Key& k, const int64_t* st, double& a, double& b, double& bias) const {
+    const ConvShape& d = d_;
+    const int64_t ho_l0 = k[0], k_l0 = k[2], wo_l0 = k[4], n_l0 = k[5];
+    const int64_t ho_l1 = st[0], ka = st[1], kb = st[2], db_a = st[3], db_b = st[4];
+    const int64_t pix_l0 = ho_l0 * wo_l0, ea = d.ea, c0 = d.c0;
+    if (d.filt()) {
+        const int64_t pix_steps = py_fdiv(ho_l1, ho_l0) * py_fdiv(d.wo, wo_l0);
+        const int64_t step_n = py_cdiv(kb, n_l0);
+        const double rows = double(std::min((ho_l1 - 1) * d.sh + d.ekh, d.h));
+        const double cols = double(std::min((d.wo - 1) * d.sw + d.ekw, d.w));
+        const double patch = rows * cols * double(std::min(py_fdiv(kb, d.khw), py_align(d.cin_g, c0))) * double(ea);
+        const double scale = patch / double(py_align(ho_l1 * d.wo, c0) * kb * ea);
+        const int64_t bk = py_align(pix_l0, c0);
+        a = double(py_fdiv(ka, k_l0) * pix_steps * (1 + db_a) * k_l0 * bk * ea);
+        b = double(step_n * pix_steps * (1 + db_b) * n_l0 * bk * ea) * scale;
+        bias = d.bias ? double(step_n * n_l0) * 4.0 : 0.0;
+        return;
+    }
+    const bool dx = d.dx();
+    const int64_t out_w = dx ? d.w : d.wo;
+    const int64_t in_c = dx ? d.co_g : d.cin_g, in_h = dx ? d.ho : d.h, in_w = dx ? d.wo : d.w;
+    const int64_t step_h = dx ? 1 : d.sh, step_w = dx ? 1 : d.sw;
+    double rows = double((ho_l1 - 1) * step_h + d.ekh);
+    double cols = double((out_w - 1) * step_w + d.ekw);
+    if (dx) {  // rows of the zero-inserted dy, of which 1/stride are real
+        rows = std::ceil(rows / double(d.sh));
+        cols = double(py_cdiv((out_w - 1) * step_w + d.ekw, d.sw));
+    }
+    rows = (rows <= double(in_h) || rows != rows) ? rows : double(in_h);
+    cols = double(in_w) < cols ? double(in_w) : cols;
+    const double patch = rows * cols * double(std::min(py_fdiv(ka, d.khw), py_align(in_c, c0))) * double(ea);
+    const double scale = patch / double(py_align(ho_l1 * out_w, 16) * ka * ea);
+    const int64_t step_m = py_fdiv(ho_l1, ho_l0) * py_fdiv(out_w, wo_l0);
+    a = double(step_m * py_fdiv(ka, k_l0) * (1 + db_a) * py_align(pix_l0, 16) * k_l0 * ea) * scale;
+    b = double(py_fdiv(kb, k_l0) * (1 + db_b) * n_l0 * k_l0 * ea);
+    bias = d.bias ? double(n_l0) * 4.0 * 1.0 : 0.0;
+}
+
+std::vector<int64_t> ConvStagings::derive(const Key& k) const {
+    // candidates (inner.py `ConvExpander._candidates`): hoL1 multiples of hoL0, K chunks in whole
+    // kernel windows (A's and B's, one dividing the other; dW: Cout and channel chunks)
+    const ConvShape& d = d_;
+    const int64_t ho_l0 = k[0], ho_core = k[1], k_l0 = k[2], n_dim = k[3];
+    const int64_t rows_core = std::max(ho_core, ho_l0);
+    std::set<int64_t> hm{py_fdiv(rows_core, ho_l0)};
+    for (int64_t m : {1, 2, 4, 8, 16})
+        if (ho_l0 * m <= rows_core) hm.insert(m);
+    std::vector<std::pair<int64_t, int64_t>> pairs;
+    if (d.filt()) {
+        const int64_t co = py_align(d.co_g, 16);
+        std::set<int64_t> ka, kb;
+        for (int64_t m : {1, 2, 4})
+            if (k_l0 * m <= co) ka.insert(k_l0 * m);
+        if (co % k_l0 == 0) ka.insert(co);
+        const int64_t c1 = py_cdiv(d.c1_total, n_dim);
+        for (int64_t m : {1, 2, 4})
+            if (m <= c1) kb.insert(d.win * m);
+        kb.insert(d.win * c1);
+        for (int64_t a : ka)
+            for (int64_t b : kb) pairs.emplace_back(a, b);
+    } else {
+        const int64_t whole = py_cdiv(d.k_al, d.win) * d.win;
+        std::set<int64_t> all{whole};
+        for (int64_t m : {1, 2, 4, 8})
+            if (d.win * m <= whole) all.insert(d.win * m);
+        std::vector<int64_t> ks;
+        for (int64_t v : all)
+            if (v % k_l0 == 0) ks.push_back(v);
+        for (int64_t a : ks)
+            for (int64_t b : ks)
+                if (a % b == 0 || b % a == 0) pairs.emplace_back(a, b);
+    }
+    // the L1 check of the four ping-pong combinations (bytes are linear in each operand's depth);
+    // without ping-pong of an operand only where the same staging with it does not fit
+    std::vector<int64_t> out;
+    for (int64_t m : hm)
+        for (const auto& [a_k, b_k] : pairs) {
+            const int64_t st[5] = {ho_l0 * m, a_k, b_k, 0, 0};
+            double a1, b1, rest;
+            l1_bytes(k, st, a1, b1, rest);
+            bool f[2][2];
+            for (int da = 0; da < 2; ++da)
+                for (int db = 0; db < 2; ++db)
+                    f[da][db] = double(1 + da) * a1 + double(1 + db) * b1 + rest <= double(l1_);
+            const bool keep[4] = {f[0][0] && !(f[0][1] || f[1][0]), f[0][1] && !f[1][1], f[1][0] && !f[1][1],
+                                  f[1][1]};
+            static const int64_t pb[4] = {28, 30, 29, 31};  // none, B, A, both
+            for (int v = 0; v < 4; ++v)
+                if (keep[v])
+                    for (int64_t ord = 0; ord < 2; ++ord) out.insert(out.end(), {st[0], a_k, b_k, pb[v], ord});
+        }
+    return out;
+}
+
+const std::vector<int64_t>& ConvStagings::stagings(const Key& k) {
+    auto it = classes_.find(k);
+    if (it == classes_.end()) it = classes_.emplace(k, derive(k)).first;
+    return it->second;
+}
+
+void ConvStagings::expand(const int64_t* outer, int64_t n, std::vector<int64_t>& out, int64_t* counts) {
+    static const int cols[NS] = {4, 6, 7, 12, 13};  // hoL1, kAL1, kBL1, pBufferFlag, iterateMNOrder
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t* row = outer + i * CONV_NF;
+        const std::vector<int64_t>& st = stagings(key(row));
+        const int64_t k = int64_t(st.size() / NS);
+        counts[i] = k;
+        size_t at = out.size();
+        out.resize(at + size_t(k * CONV_NF));
+        for (int64_t j = 0; j < k; ++j, at += CONV_NF) {
+            std::copy(row, row + CONV_NF, &out[at]);
+            for (int c = 0; c < NS; ++c) out[at + size_t(cols[c])] = st[size_t(j * NS + c)];
+        }
+    }
+}
+
+int64_t ConvStagings::count(const int64_t* outer, int64_t n) {
+    int64_t total = 0;
+    for (int64_t i = 0; i < n; ++i) total += int64_t(stagings(key(outer + i * CONV_NF)).size() / NS);
+    return total;
+}
+
+}  // namespace space
+}  // namespace aoesim

@@ -1,0 +1,257 @@
+// A matmul's Schedule space (aoe/opat/space.py `matmul_space`, inner.py `MatmulExpander`): the
+// outer rows (base block x per-core block, split-K), each with CANN's staging in both iterate orders
+// and its lower bound; and every legal, undominated staging (and L2 tiling) of any outer row.
+#include <algorithm>
+#include <set>
+#include <stdexcept>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+#include "space.h"
+
+namespace aoesim {
+namespace space {
+
+namespace {
+
+// MM_FIELDS columns
+enum : int { F_USED, F_SM, F_SN, F_SK, F_BM, F_BN, F_BK, F_DA, F_DB, F_STM, F_STN, F_ORD, F_SKA, F_SKB,
+             F_DBA, F_DBB, F_DBC, F_L2MC, F_L2NC, F_L2MB, F_L2NB, F_L2ORD, F_TILE };
+
+// CANN's staging of an outer row (space.py `_mm_default_inner` and `_mm_l2_default`): K in
+// 256-element chunks (or the whole K panel when it fits double-buffered), ping-pong where it fits.
+void default_inner(const SoC& s, const MmShape& d, int64_t* r) {
+    const int64_t bm = r[F_BM], bn = r[F_BN], bk = r[F_BK], ea = d.ea;
+    const int64_t k_iter = py_cdiv(std::min(r[F_SK], d.k), bk);
+    int64_t step = std::max<int64_t>(1, std::min(k_iter, std::max<int64_t>(1, py_fdiv(256, bk))));
+    const int64_t bias = d.bias ? bn * 4 : 0;
+    if (2 * k_iter * (bm + bn) * bk * ea + bias <= s.l1) step = k_iter;
+    const bool l1_db = 2 * step * (bm + bn) * bk * ea + bias <= s.l1;
+    r[F_SKA] = r[F_SKB] = step;
+    r[F_STM] = r[F_STN] = 1;
+    r[F_DA] = r[F_DB] = step * (l1_db ? 2 : 1);
+    r[F_DBA] = 2 * bm * bk * ea <= s.l0a;
+    r[F_DBB] = 2 * bn * bk * ea <= s.l0b;
+    r[F_DBC] = 2 * bm * bn * 4 <= s.l0c;
+    const int64_t mb = py_cdiv(d.m, r[F_SM]), nb = py_cdiv(d.n, r[F_SN]);
+    r[F_L2MB] = mb, r[F_L2NB] = nb, r[F_L2MC] = r[F_L2NC] = 1;
+    if (d.l2) {  // operands beyond L2: 2x2 tiles as the starting point
+        const int64_t bm_ = py_cdiv(mb, 2), bn_ = py_cdiv(nb, 2);
+        r[F_L2MB] = bm_, r[F_L2NB] = bn_;
+        r[F_L2MC] = py_cdiv(mb, bm_), r[F_L2NC] = py_cdiv(nb, bn_);
+        r[F_TILE] = 1;
+    }
+}
+
+// the L2 tile counts of the L2 tiling variants, in the expansion's order ((1, 1) is the plain row)
+constexpr int64_t L2_CUTS[8][2] = {{1, 2}, {1, 4}, {2, 1}, {2, 2}, {2, 4}, {4, 1}, {4, 2}, {4, 4}};
+
+}  // namespace
+
+void matmul_outer(const SoC& s, const MmShape& d, std::vector<int64_t>& rows, std::vector<double>& bound) {
+    const int64_t ea = d.ea, k0 = py_fdiv(32, ea), m = d.m, n = d.n, k = d.k;
+    const int64_t m16 = py_align(m, 16), n16 = py_align(n, 16), kal = py_align(k, k0);
+    const int64_t batch = std::max(d.batch_a, d.batch_b), cores = s.cube_cores;
+    const std::vector<int64_t> bms = block_sizes(m16, 512, 16), bns = block_sizes(n16, 512, 16);
+    const std::vector<int64_t> bks = block_sizes(kal, 32 * k0, k0);
+    // first the outer choices (7 fields each, compact), then the rows: no large buffer grows
+    std::vector<int64_t> picks;
+    for (int64_t bm : bms)
+        for (int64_t bn : bns) {
+            if (bm * bn * 4 > s.l0c) continue;
+            const int64_t m_blk = py_cdiv(m, bm), n_blk = py_cdiv(n, bn);
+            // distinct per-core blocks of the core splits, sorted; splits that leave more than half
+            // of the usable cores idle are dominated
+            std::set<std::pair<int64_t, int64_t>> uniq;
+            for (int64_t md = 1; md <= std::min(cores, m_blk); ++md)
+                for (int64_t nd = 1; nd <= std::min(cores, n_blk); ++nd)
+                    if (md * nd <= cores)
+                        uniq.emplace(std::min(py_cdiv(m_blk, md) * bm, m16), std::min(py_cdiv(n_blk, nd) * bn, n16));
+            std::vector<std::pair<int64_t, int64_t>> pairs(uniq.begin(), uniq.end());
+            int64_t most = 0;
+            std::vector<int64_t> out_tasks(pairs.size());
+            for (size_t i = 0; i < pairs.size(); ++i) {
+                out_tasks[i] = batch * py_cdiv(m, pairs[i].first) * py_cdiv(n, pairs[i].second);
+                most = std::max(most, std::min(out_tasks[i], cores));
+            }
+            std::vector<size_t> kept;
+            for (size_t i = 0; i < pairs.size(); ++i)
+                if (std::min(out_tasks[i], cores) * 2 >= most) kept.push_back(i);
+            for (int64_t bk : bks) {
+                if (bm * bk * ea > s.l0a || bn * bk * ea > s.l0b) continue;
+                std::set<int64_t> k_opts{k};
+                for (int64_t parts : {2, 4, 8})
+                    if (py_cdiv(k, parts) >= bk) k_opts.insert(py_align(py_cdiv(k, parts), bk));
+                for (int64_t s_k : k_opts)
+                    for (size_t i : kept) {
+                        // split-K only when the output alone cannot fill the cores
+                        if (s_k != k && !(out_tasks[i] < cores)) continue;
+                        const int64_t used = std::min(out_tasks[i] * py_cdiv(k, s_k), cores);
+                        picks.insert(picks.end(), {used, pairs[i].first, pairs[i].second, s_k, bm, bn, bk});
+                    }
+            }
+        }
+    const size_t n_out = picks.size() / 7;
+    rows.assign(2 * n_out * MM_NF, 0);
+    bound.resize(2 * n_out);
+    const CubeProb prob = matmul_prob(d);
+    // the bound's terms of a per-core block (uc follows from it): shared by every base block
+    std::unordered_map<std::array<int64_t, 3>, CubeSplit, KeyHash<3>> splits;
+    for (size_t i = 0; i < n_out; ++i) {
+        int64_t* r = &rows[2 * i * MM_NF];
+        const int64_t* o = &picks[7 * i];
+        std::copy(o, o + 7, r);  // usedCoreNum, singleCoreM/N/K, baseM/N/K
+        default_inner(s, d, r);
+        auto it = splits.find({o[1], o[2], o[3]});
+        if (it == splits.end())
+            it = splits.emplace(std::array<int64_t, 3>{o[1], o[2], o[3]}, cube_split(s, prob, o[0], o[1], o[2], o[3]))
+                     .first;
+        bound[2 * i] = bound[2 * i + 1] = cube_block_bound(s, prob, it->second, o[4], o[5], o[6]);  // both orders
+        std::copy(r, r + MM_NF, r + MM_NF);
+        r[F_ORD] = 0;
+        r[MM_NF + F_ORD] = 1;
+    }
+}
+
+std::vector<int64_t> mm_first_of_each(const int64_t* outer, int64_t lo, int64_t hi) {
+    std::unordered_set<std::array<int64_t, 7>, KeyHash<7>> seen;
+    std::vector<int64_t> out;
+    for (int64_t i = lo; i < hi; ++i) {
+        std::array<int64_t, 7> key;
+        std::copy(outer + i * MM_NF, outer + i * MM_NF + 7, key.begin());
+        if (seen.insert(key).second) out.push_back(i);
+    }
+    return out;
+}
+
+MmStagings::MmStagings(const MmShape& d, int64_t l1, std::vector<int64_t> tmpl, std::vector<int64_t> up_a,
+                       std::vector<int64_t> up_b, int impl)
+    : d_(d), l1_(l1), t_(std::move(tmpl)), up_a_(std::move(up_a)), up_b_(std::move(up_b)), step_max_(1),
+      impl_(impl) {
+    const size_t rows = t_.size() / NS;
+    if (t_.size() % NS || up_a_.size() != rows || up_b_.size() != rows)
+        throw std::invalid_argument("the staging template and its ping-pong upgrades do not match");
+    for (size_t i = 0; i < rows; ++i) {
+        if (up_a_[i] < 0 || size_t(up_a_[i]) >= rows || up_b_[i] < 0 || size_t(up_b_[i]) >= rows)
+            throw std::invalid_argument("a ping-pong upgrade is not a template row");
+        step_max_ = std::max({step_max_, t_[i * NS + 2], t_[i * NS + 3]});
+    }
+}
+
+MmStagings::Key MmStagings::key(const int64_t* row) const {
+    // the template's M/N steps are at most step_max_: beyond one more, mIter and nIter make no difference
+    const int64_t bm = row[F_BM], bn = row[F_BN], bk = row[F_BK];
+    return {bm, bn, bk, std::min(py_cdiv(std::min(row[F_SM], d_.m), bm), step_max_ + 1),
+            std::min(py_cdiv(std::min(row[F_SN], d_.n), bn), step_max_ + 1),
+            py_cdiv(std::min(row[F_SK], d_.k), bk), int64_t(row[F_SK] < d_.k)};
+}
+
+std::vector<int64_t> MmStagings::derive(const Key& key) const {
+    // the template resolved for this K block (stagings.py: whole-panel and 256-chunk codes become
+    // steps, kept only where they are not one of the powers of two already), then what is legal
+    // and fits L1, steps within the iteration counts, undominated by ping-pong, in the class asked
+    const int64_t bm = key[0], bn = key[1], bk = key[2], m_iter = key[3], n_iter = key[4], k_iter = key[5];
+    const bool split_k = key[6] != 0;
+    const size_t rows = t_.size() / NS;
+    const int64_t chunk = std::max<int64_t>(1, std::min(k_iter, std::max<int64_t>(1, py_fdiv(256, bk))));
+    auto resolve = [&](int64_t code) { return code == 0 ? k_iter : (code == -1 ? chunk : code); };
+    auto fresh = [&](int64_t code, int64_t step) {
+        const bool pow2 = (step & (step - 1)) == 0;
+        return code > 0 || ((!pow2 || step > 16) && (code == 0 || step != k_iter));
+    };
+    std::vector<char> ok(rows);
+    for (size_t i = 0; i < rows; ++i) {
+        const int64_t* t = &t_[i * NS];
+        const int64_t ska = resolve(t[0]), skb = resolve(t[1]);
+        const int64_t da = t[2] * ska * (1 + t[5]), db = t[3] * skb * (1 + t[6]);
+        const bool legal = ska <= k_iter && skb <= k_iter && fresh(t[0], ska) && fresh(t[1], skb) &&
+                           (ska % skb == 0 || skb % ska == 0);
+        const int64_t l1 = (da * bm + db * bn) * bk * d_.ea + (d_.bias ? t[3] * bn * 4 : 0);
+        ok[i] = legal && l1 <= l1_ && t[2] <= m_iter && t[3] <= n_iter;
+    }
+    std::vector<int64_t> out;
+    for (size_t i = 0; i < rows; ++i) {
+        const int64_t* t = &t_[i * NS];
+        // dominated: the same staging with L1 ping-pong of A (or B) added fits too
+        if (!ok[i] || (t[5] == 0 && ok[size_t(up_a_[i])]) || (t[6] == 0 && ok[size_t(up_b_[i])])) continue;
+        const int64_t ska = resolve(t[0]), skb = resolve(t[1]);
+        if (impl_ >= 0) {  // inner.py `matmul_impl_class` of the row
+            int cls = 3;
+            if (!split_k) {
+                const bool a_res = t[2] >= m_iter && ska >= k_iter, b_res = t[3] >= n_iter && skb >= k_iter;
+                cls = a_res ? 1 : (b_res ? 2 : 0);
+            }
+            if (cls != impl_) continue;
+        }
+        out.insert(out.end(), {ska, skb, t[2], t[3], t[4], t[2] * ska * (1 + t[5]), t[3] * skb * (1 + t[6])});
+    }
+    return out;
+}
+
+const std::vector<int64_t>& MmStagings::stagings(const Key& k) {
+    auto it = classes_.find(k);
+    if (it == classes_.end()) it = classes_.emplace(k, derive(k)).first;
+    return it->second;
+}
+
+int64_t MmStagings::l2_variants(int64_t mb, int64_t nb) const {
+    if (!d_.l2) return 1;
+    int64_t v = 1;
+    for (const auto& c : L2_CUTS) v += 2 * (c[0] <= mb && c[1] <= nb);
+    return v;
+}
+
+void MmStagings::expand(const int64_t* outer, const std::vector<int64_t>& idx, std::vector<int64_t>& out) {
+    static const int cols[NS] = {F_SKA, F_SKB, F_STM, F_STN, F_ORD, F_DA, F_DB};
+    const size_t first = out.size();
+    for (int64_t i : idx) {
+        const int64_t* row = outer + i * MM_NF;
+        const std::vector<int64_t>& st = stagings(key(row));
+        const int64_t mb = py_cdiv(d_.m, row[F_SM]), nb = py_cdiv(d_.n, row[F_SN]);
+        for (size_t j = 0; j < st.size(); j += NS) {
+            const size_t at = out.size();
+            out.insert(out.end(), row, row + MM_NF);
+            for (int c = 0; c < NS; ++c) out[at + size_t(cols[c])] = st[j + size_t(c)];
+            out[at + F_TILE] = 0;
+            out[at + F_L2MC] = out[at + F_L2NC] = 1;
+            out[at + F_L2MB] = mb, out[at + F_L2NB] = nb;
+            out[at + F_L2ORD] = 0;
+        }
+    }
+    if (!d_.l2) return;
+    // the L2 tiling variants, cut by cut and order by order, each over every plain row above
+    const size_t last = out.size();
+    for (const auto& c : L2_CUTS)
+        for (int64_t ord = 0; ord < 2; ++ord)
+            for (size_t at = first; at < last; at += MM_NF) {
+                const int64_t mb = out[at + F_L2MB], nb = out[at + F_L2NB];
+                if (!(c[0] <= mb && c[1] <= nb)) continue;
+                int64_t row[MM_NF];  // (not inserted from `out` itself: it may reallocate)
+                std::copy(out.begin() + long(at), out.begin() + long(at + MM_NF), row);
+                const size_t v = out.size();
+                out.insert(out.end(), row, row + MM_NF);
+                const int64_t blm = py_cdiv(mb, c[0]), bln = py_cdiv(nb, c[1]);
+                out[v + F_TILE] = 1;
+                out[v + F_L2MB] = blm, out[v + F_L2NB] = bln;
+                out[v + F_L2MC] = py_cdiv(mb, blm), out[v + F_L2NC] = py_cdiv(nb, bln);
+                out[v + F_L2ORD] = ord;
+            }
+}
+
+int64_t MmStagings::count(const int64_t* outer, const std::vector<int64_t>& idx, int64_t limit) {
+    int64_t total = 0;
+    for (size_t lo = 0; lo < idx.size(); lo += 2048) {
+        const size_t hi = std::min(idx.size(), lo + 2048);
+        for (size_t j = lo; j < hi; ++j) {
+            const int64_t* row = outer + idx[j] * MM_NF;
+            total += int64_t(stagings(key(row)).size() / NS) *
+                     l2_variants(py_cdiv(d_.m, row[F_SM]), py_cdiv(d_.n, row[F_SN]));
+        }
+        if (limit >= 0 && total > limit) break;
+    }
+    return total;
+}
+
+}  // namespace space
+}  // namespace aoesim
