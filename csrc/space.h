@@ -40,6 +40,7 @@ struct ConvShape {
     bool bias = false;
     // derived: C0, per-group channels, window, the output the Cube computes and its K
     int64_t c0, cin_g, co_g, khw, win, out_h, out_w, out_c, k_al, c1_total;
+    int64_t co16, k_whole;  // dW: Cout 16-aligned; else the K panel in whole windows
     bool filt() const { return dir == 2; }
     bool dx() const { return dir == 1; }
 };
@@ -104,6 +105,8 @@ struct KeyHash {
     }
 };
 
+using Table = std::vector<int64_t>;  // a class's stagings, NS values each
+
 // The L1 stagings of conv outer rows (inner.py `ConvExpander`), each class's derived once.
 class ConvStagings {
   public:
@@ -111,20 +114,22 @@ class ConvStagings {
     static constexpr int NS = 5;         // hoL1, kAL1, kBL1, pBufferFlag, iterateMNOrder
     ConvStagings(const ConvShape& d, int64_t l1) : d_(d), l1_(l1) {}
     Key key(const int64_t* row) const;
-    // the legal stagings of a class (NS values each), in the expansion's order
-    const std::vector<int64_t>& stagings(const Key& k);
+    // the legal stagings of a class, in the expansion's order
+    const Table& stagings(const Key& k);
     // L1 bytes of stagings (hoL1, kAL1, kBL1, L1 ping-pong of A, of B) of one class, as the
     // simulator counts them: the A part, the B part and the bias (bounds.py `conv_l1_bytes`)
     void l1_bytes(const Key& k, const int64_t* st, double& a, double& b, double& bias) const;
-    // every staging of each of `n` outer rows, row after row; `counts[i]` of row i
-    void expand(const int64_t* outer, int64_t n, std::vector<int64_t>& out, int64_t* counts);
-    int64_t count(const int64_t* outer, int64_t n);
+    // the stagings of each of `n` outer rows appended to `plan` (entries stay valid while this
+    // object lives); returns how many rows they expand to
+    int64_t plan(const int64_t* outer, int64_t n, std::vector<const Table*>& plan);
+    // write `n` outer rows, each once per staging of its plan entry (from plan[0]), to `out`
+    static void write(const int64_t* outer, int64_t n, const Table* const* plan, int64_t* out);
 
   private:
-    std::vector<int64_t> derive(const Key& k) const;
+    Table derive(const Key& k) const;
     ConvShape d_;
     int64_t l1_;
-    std::unordered_map<Key, std::vector<int64_t>, KeyHash<6>> classes_;
+    std::unordered_map<Key, Table, KeyHash<6>> classes_;
 };
 
 // The L1 stagings of matmul outer rows (inner.py `MatmulExpander`), from the staging template
@@ -137,23 +142,49 @@ class MmStagings {
     MmStagings(const MmShape& d, int64_t l1, std::vector<int64_t> tmpl, std::vector<int64_t> up_a,
                std::vector<int64_t> up_b, int impl);
     Key key(const int64_t* row) const;
-    const std::vector<int64_t>& stagings(const Key& k);
-    // inner variants of rows [idx...] of `outer` (already distinct outer shapes), base rows then
-    // the L2 tiling variants (when the space has them), appended to `out`
-    void expand(const int64_t* outer, const std::vector<int64_t>& idx, std::vector<int64_t>& out);
-    // how many variants rows [idx...] have, stopping after the 2048-row chunk that passes `limit`
-    int64_t count(const int64_t* outer, const std::vector<int64_t>& idx, int64_t limit);
+    const Table& stagings(const Key& k);
+    // The expansion of some outer rows: the first row of each distinct outer shape, its stagings,
+    // and how many rows they give with the L2 tilings.
+    struct Plan {
+        std::vector<int64_t> idx;
+        std::vector<const Table*> st;
+        int64_t rows = 0;
+    };
+    Plan plan(const int64_t* outer, int64_t n);
+    // write a plan's rows to `out`: the plain rows, then the L2 tiling variants (cut by cut, order by
+    // order, each over every plain row) when the space has them
+    void write(const int64_t* outer, const Plan& p, int64_t* out) const;
+    // how many rows the distinct outer shapes among `n` rows expand to, stopping after the 2048
+    // distinct rows that pass `limit` (when >= 0)
+    int64_t count(const int64_t* outer, int64_t n, int64_t limit);
     int64_t l2_variants(int64_t mb, int64_t nb) const;
 
   private:
-    std::vector<int64_t> derive(const Key& k) const;
+    // the template resolved for one K block and K-iteration count: legal rows (on the K side) and
+    // each row's K steps
+    struct Resolved {
+        std::vector<int32_t> legal;
+        std::vector<int64_t> ska, skb;
+    };
+    const Resolved& resolve(int64_t bk, int64_t k_iter);
+    Table derive(const Key& k);
     MmShape d_;
     int64_t l1_;
     std::vector<int64_t> t_, up_a_, up_b_;
     int64_t step_max_;
     int impl_;  // -1: every staging; else only matmul implementation class `impl_`
-    std::unordered_map<Key, std::vector<int64_t>, KeyHash<7>> classes_;
+    std::unordered_map<Key, Table, KeyHash<7>> classes_;
+    std::unordered_map<std::array<int64_t, 2>, Resolved, KeyHash<2>> resolved_;
+    std::vector<char> ok_;  // scratch of `derive`
 };
+
+// A matmul strategy's implementation class (inner.py `matmul_impl_class`): 0 standard, 1 A resident
+// in L1, 2 B resident, 3 split-K; `mnk`: M, N, K.
+int matmul_impl_class(const int64_t* mnk, const int64_t* row);
+// Move a matmul outer row's default staging into implementation class 1 or 2 (tune.py
+// `_class_space`): the resident operand's whole block and K panel in L1, the other streamed one
+// block at a time; L1 ping-pong of both where it fits `l1`. Other classes: unchanged.
+void matmul_restage(const int64_t* mnk, int64_t ea, int64_t l1, int cls, int64_t* row);
 
 // Indices of the first row of each distinct outer shape among rows [lo, hi) of `outer` (matmul: the
 // 7 fields that identify an outer choice), in order.

@@ -99,6 +99,30 @@ void bind(py::module_& m) {
         py::arg("cores"), py::arg("g"), py::arg("n"), py::arg("out_h"), py::arg("n_units"),
         "Distinct effective conv core splits (g, batch, rows, channel units) within 2x the least work.");
 
+    m.def(
+        "matmul_impl_class",
+        [](const I64& mnk, const I64& rows) {
+            const int64_t* d = vec_of(mnk, 3, "M, N, K");
+            const int64_t n = rows_of(rows, MM_NF, "matmul strategies");
+            py::array_t<int64_t> out(n);
+            for (int64_t i = 0; i < n; ++i) out.mutable_data()[i] = matmul_impl_class(d, rows.data() + i * MM_NF);
+            return out;
+        },
+        py::arg("mnk"), py::arg("rows"),
+        "Implementation class of each matmul strategy: 0 standard, 1 A resident in L1, 2 B resident, 3 split-K.");
+    m.def(
+        "matmul_restage",
+        [](const I64& mnk, int64_t ea, int64_t l1, int cls, const I64& rows) {
+            const int64_t* d = vec_of(mnk, 3, "M, N, K");
+            const int64_t n = rows_of(rows, MM_NF, "matmul outer rows");
+            py::array_t<int64_t> out({py::ssize_t(n), py::ssize_t(MM_NF)});
+            std::copy(rows.data(), rows.data() + n * MM_NF, out.mutable_data());
+            for (int64_t i = 0; i < n; ++i) matmul_restage(d, ea, l1, cls, out.mutable_data() + i * MM_NF);
+            return out;
+        },
+        py::arg("mnk"), py::arg("ea"), py::arg("l1"), py::arg("cls"), py::arg("rows"),
+        "Copies of matmul outer rows with their default staging moved into implementation class 1 or 2.");
+
     py::class_<ConvStagings>(m, "ConvStagings",
                              "Every legal, undominated L1 staging of conv outer rows (each class derived once).")
         .def(py::init([](const I64& shape, int64_t l1) {
@@ -110,32 +134,42 @@ void bind(py::module_& m) {
             "expand",
             [](ConvStagings& self, const I64& outer) {
                 const int64_t n = rows_of(outer, CONV_NF, "outer rows");
-                std::vector<int64_t> out, counts(static_cast<size_t>(n));
-                self.expand(outer.data(), n, out, counts.data());
-                const auto k = py::ssize_t(out.size() / CONV_NF);
-                return py::make_tuple(give(std::move(out), {k, CONV_NF}), give(std::move(counts), {py::ssize_t(n)}));
+                std::vector<const Table*> plan;
+                const int64_t total = self.plan(outer.data(), n, plan);
+                py::array_t<int64_t> rows({py::ssize_t(total), py::ssize_t(CONV_NF)});
+                ConvStagings::write(outer.data(), n, plan.data(), rows.mutable_data());
+                py::array_t<int64_t> counts(n);
+                for (int64_t i = 0; i < n; ++i) counts.mutable_data()[i] = int64_t(plan[size_t(i)]->size() / ConvStagings::NS);
+                return py::make_tuple(rows, counts);
             },
             py::arg("outer"), "(every staging of each outer row, row after row; how many each row has)")
         .def(
             "expand_groups",
             [](ConvStagings& self, const std::vector<I64>& groups) {
-                std::vector<int64_t> out, per(groups.size());
-                std::vector<int64_t> counts;
+                std::vector<const Table*> plan;
+                std::vector<int64_t> per(groups.size());
+                int64_t total = 0;
                 for (size_t g = 0; g < groups.size(); ++g) {
-                    const int64_t n = rows_of(groups[g], CONV_NF, "outer rows");
-                    counts.resize(size_t(n));
-                    const size_t before = out.size();
-                    self.expand(groups[g].data(), n, out, counts.data());
-                    per[g] = int64_t((out.size() - before) / CONV_NF);
+                    per[g] = self.plan(groups[g].data(), rows_of(groups[g], CONV_NF, "outer rows"), plan);
+                    total += per[g];
                 }
-                const auto k = py::ssize_t(out.size() / CONV_NF);
-                return py::make_tuple(give(std::move(out), {k, CONV_NF}), group_bounds(per));
+                py::array_t<int64_t> rows({py::ssize_t(total), py::ssize_t(CONV_NF)});
+                int64_t* out = rows.mutable_data();
+                size_t at = 0;
+                for (const I64& g : groups) {
+                    const int64_t n = g.size() ? g.shape(0) : 0;
+                    ConvStagings::write(g.data(), n, plan.data() + at, out);
+                    for (int64_t i = 0; i < n; ++i) out += int64_t(plan[at + size_t(i)]->size() / ConvStagings::NS) * CONV_NF;
+                    at += size_t(n);
+                }
+                return py::make_tuple(rows, group_bounds(per));
             },
             py::arg("groups"), "(the expansion of every group, group after group; where each group starts + the end)")
         .def(
             "count",
             [](ConvStagings& self, const I64& outer) {
-                return self.count(outer.data(), rows_of(outer, CONV_NF, "outer rows"));
+                std::vector<const Table*> plan;
+                return self.plan(outer.data(), rows_of(outer, CONV_NF, "outer rows"), plan);
             },
             py::arg("outer"), "How many stagings the outer rows have in all.")
         .def(
@@ -185,32 +219,36 @@ void bind(py::module_& m) {
         .def(
             "expand",
             [](MmStagings& self, const I64& outer) {
-                const int64_t n = rows_of(outer, MM_NF, "outer rows");
-                std::vector<int64_t> out;
-                self.expand(outer.data(), mm_first_of_each(outer.data(), 0, n), out);
-                const auto k = py::ssize_t(out.size() / MM_NF);
-                return give(std::move(out), {k, MM_NF});
+                const MmStagings::Plan p = self.plan(outer.data(), rows_of(outer, MM_NF, "outer rows"));
+                py::array_t<int64_t> rows({py::ssize_t(p.rows), py::ssize_t(MM_NF)});
+                self.write(outer.data(), p, rows.mutable_data());
+                return rows;
             },
             py::arg("outer"), "Every variant of each distinct outer shape: the plain rows, then the L2 tilings.")
         .def(
             "expand_groups",
             [](MmStagings& self, const std::vector<I64>& groups) {
-                std::vector<int64_t> out, per(groups.size());
-                for (size_t g = 0; g < groups.size(); ++g) {
-                    const int64_t n = rows_of(groups[g], MM_NF, "outer rows");
-                    const size_t before = out.size();
-                    self.expand(groups[g].data(), mm_first_of_each(groups[g].data(), 0, n), out);
-                    per[g] = int64_t((out.size() - before) / MM_NF);
+                std::vector<MmStagings::Plan> plans;
+                std::vector<int64_t> per;
+                int64_t total = 0;
+                for (const I64& g : groups) {
+                    plans.push_back(self.plan(g.data(), rows_of(g, MM_NF, "outer rows")));
+                    per.push_back(plans.back().rows);
+                    total += plans.back().rows;
                 }
-                const auto k = py::ssize_t(out.size() / MM_NF);
-                return py::make_tuple(give(std::move(out), {k, MM_NF}), group_bounds(per));
+                py::array_t<int64_t> rows({py::ssize_t(total), py::ssize_t(MM_NF)});
+                int64_t* out = rows.mutable_data();
+                for (size_t g = 0; g < groups.size(); ++g) {
+                    self.write(groups[g].data(), plans[g], out);
+                    out += plans[g].rows * MM_NF;
+                }
+                return py::make_tuple(rows, group_bounds(per));
             },
             py::arg("groups"), "(`expand` of every group, group after group; where each group starts + the end)")
         .def(
             "count",
             [](MmStagings& self, const I64& outer, int64_t limit) {
-                const int64_t n = rows_of(outer, MM_NF, "outer rows");
-                return self.count(outer.data(), mm_first_of_each(outer.data(), 0, n), limit);
+                return self.count(outer.data(), rows_of(outer, MM_NF, "outer rows"), limit);
             },
             py::arg("outer"), py::arg("limit") = -1,
             "Size of `expand(outer)`; with a limit >= 0 it stops after the 2048 distinct rows that pass it.")

@@ -143,11 +143,13 @@ ConvShape conv_shape(const int64_t* v, int64_t len) {
     d.c0 = py_fdiv(32, d.ea);
     d.cin_g = py_fdiv(d.c, d.g), d.co_g = py_fdiv(d.cout, d.g), d.khw = d.kh * d.kw, d.win = d.khw * d.c0;
     d.c1_total = py_cdiv(d.cin_g, d.c0);
+    d.co16 = py_align(d.co_g, 16);
     if (d.dx()) {
         d.out_h = d.h, d.out_w = d.w, d.out_c = d.cin_g, d.k_al = py_align(d.co_g, d.c0) * d.khw;
     } else {
         d.out_h = d.ho, d.out_w = d.wo, d.out_c = d.co_g, d.k_al = py_align(d.cin_g, d.c0) * d.khw;
     }
+    d.k_whole = py_cdiv(d.k_al, d.win) * d.win;
     return d;
 }
 

@@ -76,16 +76,14 @@ bool default_inner(const ConvShape& d, int64_t ho_core, int64_t c1_core, int64_t
         if (ho_l0 * mults[i] <= std::max(ho_core, ho_l0)) i_h = i;
     int64_t ka = -1, kb = -1;
     if (d.filt()) {
-        const int64_t co = py_align(d.co_g, 16);
         for (int i = 0; i < 3 && ka < 0; ++i)
-            if (k_l0 * mults[i] <= co) ka = k_l0 * mults[i];
+            if (k_l0 * mults[i] <= d.co16) ka = k_l0 * mults[i];
         for (int i = 0; i < 3 && kb < 0; ++i)
             if (mults[i] <= c1_core) kb = d.win * mults[i];
     } else {
-        const int64_t whole = py_cdiv(d.k_al, d.win) * d.win;
         for (int i = 0; i < 4; ++i) {
             const int64_t v = d.win * mults[i];
-            if (v <= whole && v % k_l0 == 0) ka = v;
+            if (v <= d.k_whole && v % k_l0 == 0) ka = v;
         }
         kb = ka;
     }
@@ -205,6 +203,8 @@ void conv_outer(const SoC& s, const ConvShape& d, std::vector<int64_t>& rows, st
 }
 
 ConvStagings::Key ConvStagings::key(const int64_t* row) const {
+    if (std::min({row[1], row[2], row[8], row[9], row[10], row[11]}) < 1)
+        throw std::invalid_argument("conv outer rows need positive splits and L0 blocks");
     return {row[8], py_cdiv(d_.out_h, row[1]), row[10], d_.filt() ? row[2] : 0, row[9], row[11]};
 }
 
@@ -246,88 +246,104 @@ void ConvStagings::l1_bytes(const Key& k, const int64_t* st, double& a, double& 
     bias = d.bias ? double(n_l0) * 4.0 * 1.0 : 0.0;
 }
 
-std::vector<int64_t> ConvStagings::derive(const Key& k) const {
+namespace {
+
+// A few distinct values, sorted (a class's candidate multiples and chunks: at most 8 each).
+struct Few {
+    int64_t v[8];
+    int n = 0;
+    void add(int64_t x) {
+        int i = n;
+        for (int j = 0; j < n; ++j)
+            if (v[j] == x) return;
+        while (i > 0 && v[i - 1] > x) v[i] = v[i - 1], --i;
+        v[i] = x;
+        ++n;
+    }
+    const int64_t* begin() const { return v; }
+    const int64_t* end() const { return v + n; }
+};
+
+}  // namespace
+
+Table ConvStagings::derive(const Key& k) const {
     // candidates (inner.py `ConvExpander._candidates`): hoL1 multiples of hoL0, K chunks in whole
     // kernel windows (A's and B's, one dividing the other; dW: Cout and channel chunks)
     const ConvShape& d = d_;
     const int64_t ho_l0 = k[0], ho_core = k[1], k_l0 = k[2], n_dim = k[3];
     const int64_t rows_core = std::max(ho_core, ho_l0);
-    std::set<int64_t> hm{py_fdiv(rows_core, ho_l0)};
+    Few hm, ka, kb;
+    hm.add(py_fdiv(rows_core, ho_l0));
     for (int64_t m : {1, 2, 4, 8, 16})
-        if (ho_l0 * m <= rows_core) hm.insert(m);
-    std::vector<std::pair<int64_t, int64_t>> pairs;
+        if (ho_l0 * m <= rows_core) hm.add(m);
     if (d.filt()) {
-        const int64_t co = py_align(d.co_g, 16);
-        std::set<int64_t> ka, kb;
         for (int64_t m : {1, 2, 4})
-            if (k_l0 * m <= co) ka.insert(k_l0 * m);
-        if (co % k_l0 == 0) ka.insert(co);
+            if (k_l0 * m <= d.co16) ka.add(k_l0 * m);
+        if (d.co16 % k_l0 == 0) ka.add(d.co16);
         const int64_t c1 = py_cdiv(d.c1_total, n_dim);
         for (int64_t m : {1, 2, 4})
-            if (m <= c1) kb.insert(d.win * m);
-        kb.insert(d.win * c1);
-        for (int64_t a : ka)
-            for (int64_t b : kb) pairs.emplace_back(a, b);
+            if (m <= c1) kb.add(d.win * m);
+        kb.add(d.win * c1);
     } else {
-        const int64_t whole = py_cdiv(d.k_al, d.win) * d.win;
-        std::set<int64_t> all{whole};
+        Few all;
+        all.add(d.k_whole);
         for (int64_t m : {1, 2, 4, 8})
-            if (d.win * m <= whole) all.insert(d.win * m);
-        std::vector<int64_t> ks;
+            if (d.win * m <= d.k_whole) all.add(d.win * m);
         for (int64_t v : all)
-            if (v % k_l0 == 0) ks.push_back(v);
-        for (int64_t a : ks)
-            for (int64_t b : ks)
-                if (a % b == 0 || b % a == 0) pairs.emplace_back(a, b);
+            if (v % k_l0 == 0) ka.add(v);
+        kb = ka;
     }
     // the L1 check of the four ping-pong combinations (bytes are linear in each operand's depth);
     // without ping-pong of an operand only where the same staging with it does not fit
-    std::vector<int64_t> out;
+    Table out;
+    out.reserve(size_t(hm.n * ka.n * kb.n * 2 * NS));
     for (int64_t m : hm)
-        for (const auto& [a_k, b_k] : pairs) {
-            const int64_t st[5] = {ho_l0 * m, a_k, b_k, 0, 0};
-            double a1, b1, rest;
-            l1_bytes(k, st, a1, b1, rest);
-            bool f[2][2];
-            for (int da = 0; da < 2; ++da)
-                for (int db = 0; db < 2; ++db)
-                    f[da][db] = double(1 + da) * a1 + double(1 + db) * b1 + rest <= double(l1_);
-            const bool keep[4] = {f[0][0] && !(f[0][1] || f[1][0]), f[0][1] && !f[1][1], f[1][0] && !f[1][1],
-                                  f[1][1]};
-            static const int64_t pb[4] = {28, 30, 29, 31};  // none, B, A, both
-            for (int v = 0; v < 4; ++v)
-                if (keep[v])
-                    for (int64_t ord = 0; ord < 2; ++ord) out.insert(out.end(), {st[0], a_k, b_k, pb[v], ord});
-        }
+        for (int64_t a_k : ka)
+            for (int64_t b_k : kb) {
+                if (!d.filt() && a_k % b_k != 0 && b_k % a_k != 0) continue;
+                const int64_t st[5] = {ho_l0 * m, a_k, b_k, 0, 0};
+                double a1, b1, rest;
+                l1_bytes(k, st, a1, b1, rest);
+                bool f[2][2];
+                for (int da = 0; da < 2; ++da)
+                    for (int db = 0; db < 2; ++db)
+                        f[da][db] = double(1 + da) * a1 + double(1 + db) * b1 + rest <= double(l1_);
+                const bool keep[4] = {f[0][0] && !(f[0][1] || f[1][0]), f[0][1] && !f[1][1], f[1][0] && !f[1][1],
+                                      f[1][1]};
+                static const int64_t pb[4] = {28, 30, 29, 31};  // none, B, A, both
+                for (int v = 0; v < 4; ++v)
+                    if (keep[v])
+                        for (int64_t ord = 0; ord < 2; ++ord) out.insert(out.end(), {st[0], a_k, b_k, pb[v], ord});
+            }
     return out;
 }
 
-const std::vector<int64_t>& ConvStagings::stagings(const Key& k) {
+const Table& ConvStagings::stagings(const Key& k) {
     auto it = classes_.find(k);
     if (it == classes_.end()) it = classes_.emplace(k, derive(k)).first;
     return it->second;
 }
 
-void ConvStagings::expand(const int64_t* outer, int64_t n, std::vector<int64_t>& out, int64_t* counts) {
+int64_t ConvStagings::plan(const int64_t* outer, int64_t n, std::vector<const Table*>& plan) {
+    int64_t rows = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        const Table& st = stagings(key(outer + i * CONV_NF));
+        plan.push_back(&st);
+        rows += int64_t(st.size() / NS);
+    }
+    return rows;
+}
+
+void ConvStagings::write(const int64_t* outer, int64_t n, const Table* const* plan, int64_t* out) {
     static const int cols[NS] = {4, 6, 7, 12, 13};  // hoL1, kAL1, kBL1, pBufferFlag, iterateMNOrder
     for (int64_t i = 0; i < n; ++i) {
         const int64_t* row = outer + i * CONV_NF;
-        const std::vector<int64_t>& st = stagings(key(row));
-        const int64_t k = int64_t(st.size() / NS);
-        counts[i] = k;
-        size_t at = out.size();
-        out.resize(at + size_t(k * CONV_NF));
-        for (int64_t j = 0; j < k; ++j, at += CONV_NF) {
-            std::copy(row, row + CONV_NF, &out[at]);
-            for (int c = 0; c < NS; ++c) out[at + size_t(cols[c])] = st[size_t(j * NS + c)];
+        const Table& st = *plan[i];
+        for (size_t j = 0; j < st.size(); j += NS, out += CONV_NF) {
+            std::copy(row, row + CONV_NF, out);
+            for (int c = 0; c < NS; ++c) out[cols[c]] = st[j + size_t(c)];
         }
     }
-}
-
-int64_t ConvStagings::count(const int64_t* outer, int64_t n) {
-    int64_t total = 0;
-    for (int64_t i = 0; i < n; ++i) total += int64_t(stagings(key(outer + i * CONV_NF)).size() / NS);
-    return total;
 }
 
 }  // namespace space

@@ -114,6 +114,30 @@ void matmul_outer(const SoC& s, const MmShape& d, std::vector<int64_t>& rows, st
     }
 }
 
+int matmul_impl_class(const int64_t* mnk, const int64_t* r) {
+    const int64_t s_m = std::min(r[F_SM], mnk[0]), s_n = std::min(r[F_SN], mnk[1]), s_k = std::min(r[F_SK], mnk[2]);
+    if (r[F_SK] < mnk[2]) return 3;
+    if (r[F_STM] * r[F_BM] >= s_m && r[F_SKA] * r[F_BK] >= s_k) return 1;
+    if (r[F_STN] * r[F_BN] >= s_n && r[F_SKB] * r[F_BK] >= s_k) return 2;
+    return 0;
+}
+
+void matmul_restage(const int64_t* mnk, int64_t ea, int64_t l1, int cls, int64_t* r) {
+    if (cls != 1 && cls != 2) return;
+    const int64_t bm = r[F_BM], bn = r[F_BN], bk = r[F_BK];
+    if (std::min({bm, bn, bk}) < 1) throw std::invalid_argument("matmul outer rows need positive blocks");
+    const int64_t k_iter = py_cdiv(std::min(r[F_SK], mnk[2]), bk);
+    if (cls == 1) {
+        r[F_STM] = py_cdiv(std::min(r[F_SM], mnk[0]), bm), r[F_SKA] = k_iter, r[F_SKB] = 1, r[F_STN] = 1;
+    } else {
+        r[F_STN] = py_cdiv(std::min(r[F_SN], mnk[1]), bn), r[F_SKB] = k_iter, r[F_SKA] = 1, r[F_STM] = 1;
+    }
+    const int64_t da = r[F_STM] * r[F_SKA], db = r[F_STN] * r[F_SKB];
+    const bool fits_db = (2 * da * bm + 2 * db * bn) * bk * ea <= l1;
+    r[F_DA] = fits_db ? 2 * da : da;
+    r[F_DB] = fits_db ? 2 * db : db;
+}
+
 std::vector<int64_t> mm_first_of_each(const int64_t* outer, int64_t lo, int64_t hi) {
     std::unordered_set<std::array<int64_t, 7>, KeyHash<7>> seen;
     std::vector<int64_t> out;
@@ -135,6 +159,10 @@ MmStagings::MmStagings(const MmShape& d, int64_t l1, std::vector<int64_t> tmpl, 
     for (size_t i = 0; i < rows; ++i) {
         if (up_a_[i] < 0 || size_t(up_a_[i]) >= rows || up_b_[i] < 0 || size_t(up_b_[i]) >= rows)
             throw std::invalid_argument("a ping-pong upgrade is not a template row");
+        const int64_t* t = &t_[i * NS];
+        if (t[0] < -1 || t[1] < -1 || t[2] < 1 || t[3] < 1 || t[4] < 0 || t[4] > 1 || t[5] < 0 || t[5] > 1 ||
+            t[6] < 0 || t[6] > 1)
+            throw std::invalid_argument("a staging template row is out of its domain");
         step_max_ = std::max({step_max_, t_[i * NS + 2], t_[i * NS + 3]});
     }
 }
@@ -142,40 +170,57 @@ MmStagings::MmStagings(const MmShape& d, int64_t l1, std::vector<int64_t> tmpl, 
 MmStagings::Key MmStagings::key(const int64_t* row) const {
     // the template's M/N steps are at most step_max_: beyond one more, mIter and nIter make no difference
     const int64_t bm = row[F_BM], bn = row[F_BN], bk = row[F_BK];
+    if (std::min({bm, bn, bk, row[F_SM], row[F_SN], row[F_SK]}) < 1)
+        throw std::invalid_argument("matmul outer rows need positive blocks");
     return {bm, bn, bk, std::min(py_cdiv(std::min(row[F_SM], d_.m), bm), step_max_ + 1),
             std::min(py_cdiv(std::min(row[F_SN], d_.n), bn), step_max_ + 1),
             py_cdiv(std::min(row[F_SK], d_.k), bk), int64_t(row[F_SK] < d_.k)};
 }
 
-std::vector<int64_t> MmStagings::derive(const Key& key) const {
-    // the template resolved for this K block (stagings.py: whole-panel and 256-chunk codes become
-    // steps, kept only where they are not one of the powers of two already), then what is legal
-    // and fits L1, steps within the iteration counts, undominated by ping-pong, in the class asked
-    const int64_t bm = key[0], bn = key[1], bk = key[2], m_iter = key[3], n_iter = key[4], k_iter = key[5];
-    const bool split_k = key[6] != 0;
+const MmStagings::Resolved& MmStagings::resolve(int64_t bk, int64_t k_iter) {
+    // the whole-panel and 256-chunk codes become steps, kept only where they are not one of the
+    // powers of two already; both K steps within kIter, one dividing the other
+    auto it = resolved_.find({bk, k_iter});
+    if (it != resolved_.end()) return it->second;
     const size_t rows = t_.size() / NS;
     const int64_t chunk = std::max<int64_t>(1, std::min(k_iter, std::max<int64_t>(1, py_fdiv(256, bk))));
-    auto resolve = [&](int64_t code) { return code == 0 ? k_iter : (code == -1 ? chunk : code); };
-    auto fresh = [&](int64_t code, int64_t step) {
-        const bool pow2 = (step & (step - 1)) == 0;
-        return code > 0 || ((!pow2 || step > 16) && (code == 0 || step != k_iter));
+    auto step = [&](int64_t code) { return code == 0 ? k_iter : (code == -1 ? chunk : code); };
+    auto fresh = [&](int64_t code, int64_t st) {
+        const bool pow2 = (st & (st - 1)) == 0;
+        return code > 0 || ((!pow2 || st > 16) && (code == 0 || st != k_iter));
     };
-    std::vector<char> ok(rows);
+    Resolved r;
+    r.ska.resize(rows);
+    r.skb.resize(rows);
     for (size_t i = 0; i < rows; ++i) {
         const int64_t* t = &t_[i * NS];
-        const int64_t ska = resolve(t[0]), skb = resolve(t[1]);
-        const int64_t da = t[2] * ska * (1 + t[5]), db = t[3] * skb * (1 + t[6]);
-        const bool legal = ska <= k_iter && skb <= k_iter && fresh(t[0], ska) && fresh(t[1], skb) &&
-                           (ska % skb == 0 || skb % ska == 0);
-        const int64_t l1 = (da * bm + db * bn) * bk * d_.ea + (d_.bias ? t[3] * bn * 4 : 0);
-        ok[i] = legal && l1 <= l1_ && t[2] <= m_iter && t[3] <= n_iter;
+        const int64_t ska = r.ska[i] = step(t[0]), skb = r.skb[i] = step(t[1]);
+        if (ska <= k_iter && skb <= k_iter && fresh(t[0], ska) && fresh(t[1], skb) && (ska % skb == 0 || skb % ska == 0))
+            r.legal.push_back(int32_t(i));
     }
-    std::vector<int64_t> out;
-    for (size_t i = 0; i < rows; ++i) {
-        const int64_t* t = &t_[i * NS];
+    return resolved_.emplace(std::array<int64_t, 2>{bk, k_iter}, std::move(r)).first->second;
+}
+
+Table MmStagings::derive(const Key& key) {
+    // the template resolved for this K block, then the rows that fit L1 and step within the
+    // iteration counts, undominated by ping-pong, in the implementation class asked; template order
+    const int64_t bm = key[0], bn = key[1], bk = key[2], m_iter = key[3], n_iter = key[4], k_iter = key[5];
+    const bool split_k = key[6] != 0;
+    const Resolved& r = resolve(bk, k_iter);
+    ok_.assign(t_.size() / NS, 0);
+    for (int32_t i : r.legal) {
+        const int64_t* t = &t_[size_t(i) * NS];
+        const int64_t da = t[2] * r.ska[size_t(i)] * (1 + t[5]), db = t[3] * r.skb[size_t(i)] * (1 + t[6]);
+        const int64_t l1 = (da * bm + db * bn) * bk * d_.ea + (d_.bias ? t[3] * bn * 4 : 0);
+        ok_[size_t(i)] = l1 <= l1_ && t[2] <= m_iter && t[3] <= n_iter;
+    }
+    Table out;
+    for (int32_t i : r.legal) {
+        const int64_t* t = &t_[size_t(i) * NS];
         // dominated: the same staging with L1 ping-pong of A (or B) added fits too
-        if (!ok[i] || (t[5] == 0 && ok[size_t(up_a_[i])]) || (t[6] == 0 && ok[size_t(up_b_[i])])) continue;
-        const int64_t ska = resolve(t[0]), skb = resolve(t[1]);
+        if (!ok_[size_t(i)] || (t[5] == 0 && ok_[size_t(up_a_[size_t(i)])]) || (t[6] == 0 && ok_[size_t(up_b_[size_t(i)])]))
+            continue;
+        const int64_t ska = r.ska[size_t(i)], skb = r.skb[size_t(i)];
         if (impl_ >= 0) {  // inner.py `matmul_impl_class` of the row
             int cls = 3;
             if (!split_k) {
@@ -189,7 +234,7 @@ std::vector<int64_t> MmStagings::derive(const Key& key) const {
     return out;
 }
 
-const std::vector<int64_t>& MmStagings::stagings(const Key& k) {
+const Table& MmStagings::stagings(const Key& k) {
     auto it = classes_.find(k);
     if (it == classes_.end()) it = classes_.emplace(k, derive(k)).first;
     return it->second;
@@ -202,44 +247,53 @@ int64_t MmStagings::l2_variants(int64_t mb, int64_t nb) const {
     return v;
 }
 
-void MmStagings::expand(const int64_t* outer, const std::vector<int64_t>& idx, std::vector<int64_t>& out) {
-    static const int cols[NS] = {F_SKA, F_SKB, F_STM, F_STN, F_ORD, F_DA, F_DB};
-    const size_t first = out.size();
-    for (int64_t i : idx) {
+MmStagings::Plan MmStagings::plan(const int64_t* outer, int64_t n) {
+    Plan p;
+    p.idx = mm_first_of_each(outer, 0, n);
+    for (int64_t i : p.idx) {
         const int64_t* row = outer + i * MM_NF;
-        const std::vector<int64_t>& st = stagings(key(row));
+        const Table& st = stagings(key(row));
+        p.st.push_back(&st);
+        p.rows += int64_t(st.size() / NS) * l2_variants(py_cdiv(d_.m, row[F_SM]), py_cdiv(d_.n, row[F_SN]));
+    }
+    return p;
+}
+
+void MmStagings::write(const int64_t* outer, const Plan& p, int64_t* out) const {
+    static const int cols[NS] = {F_SKA, F_SKB, F_STM, F_STN, F_ORD, F_DA, F_DB};
+    int64_t* at = out;
+    for (size_t j = 0; j < p.idx.size(); ++j) {
+        const int64_t* row = outer + p.idx[j] * MM_NF;
+        const Table& st = *p.st[j];
         const int64_t mb = py_cdiv(d_.m, row[F_SM]), nb = py_cdiv(d_.n, row[F_SN]);
-        for (size_t j = 0; j < st.size(); j += NS) {
-            const size_t at = out.size();
-            out.insert(out.end(), row, row + MM_NF);
-            for (int c = 0; c < NS; ++c) out[at + size_t(cols[c])] = st[j + size_t(c)];
-            out[at + F_TILE] = 0;
-            out[at + F_L2MC] = out[at + F_L2NC] = 1;
-            out[at + F_L2MB] = mb, out[at + F_L2NB] = nb;
-            out[at + F_L2ORD] = 0;
+        for (size_t s = 0; s < st.size(); s += NS, at += MM_NF) {
+            std::copy(row, row + MM_NF, at);
+            for (int c = 0; c < NS; ++c) at[cols[c]] = st[s + size_t(c)];
+            at[F_TILE] = 0;
+            at[F_L2MC] = at[F_L2NC] = 1;
+            at[F_L2MB] = mb, at[F_L2NB] = nb;
+            at[F_L2ORD] = 0;
         }
     }
     if (!d_.l2) return;
-    // the L2 tiling variants, cut by cut and order by order, each over every plain row above
-    const size_t last = out.size();
+    const int64_t* plain_end = at;
     for (const auto& c : L2_CUTS)
         for (int64_t ord = 0; ord < 2; ++ord)
-            for (size_t at = first; at < last; at += MM_NF) {
-                const int64_t mb = out[at + F_L2MB], nb = out[at + F_L2NB];
+            for (const int64_t* b = out; b < plain_end; b += MM_NF) {
+                const int64_t mb = b[F_L2MB], nb = b[F_L2NB];
                 if (!(c[0] <= mb && c[1] <= nb)) continue;
-                int64_t row[MM_NF];  // (not inserted from `out` itself: it may reallocate)
-                std::copy(out.begin() + long(at), out.begin() + long(at + MM_NF), row);
-                const size_t v = out.size();
-                out.insert(out.end(), row, row + MM_NF);
+                std::copy(b, b + MM_NF, at);
                 const int64_t blm = py_cdiv(mb, c[0]), bln = py_cdiv(nb, c[1]);
-                out[v + F_TILE] = 1;
-                out[v + F_L2MB] = blm, out[v + F_L2NB] = bln;
-                out[v + F_L2MC] = py_cdiv(mb, blm), out[v + F_L2NC] = py_cdiv(nb, bln);
-                out[v + F_L2ORD] = ord;
+                at[F_TILE] = 1;
+                at[F_L2MB] = blm, at[F_L2NB] = bln;
+                at[F_L2MC] = py_cdiv(mb, blm), at[F_L2NC] = py_cdiv(nb, bln);
+                at[F_L2ORD] = ord;
+                at += MM_NF;
             }
 }
 
-int64_t MmStagings::count(const int64_t* outer, const std::vector<int64_t>& idx, int64_t limit) {
+int64_t MmStagings::count(const int64_t* outer, int64_t n, int64_t limit) {
+    const std::vector<int64_t> idx = mm_first_of_each(outer, 0, n);
     int64_t total = 0;
     for (size_t lo = 0; lo < idx.size(); lo += 2048) {
         const size_t hi = std::min(idx.size(), lo + 2048);

@@ -793,3 +793,38 @@ class ConvExpander:
         if len(out):
             out[:, _CONV_STAGING] = stagings
         return out, counts
+
+
+# --- implementation classes (aoe/opat/inner.py, tune.py) ---
+
+def matmul_impl_class(op: MatMul, rows: np.ndarray) -> np.ndarray:
+    """Class of each matmul strategy: 0 standard, 1 A resident in L1, 2 B resident, 3 split-K."""
+    s_m = np.minimum(rows[:, _F["singleCoreM"]], op.m)
+    s_n = np.minimum(rows[:, _F["singleCoreN"]], op.n)
+    s_k = np.minimum(rows[:, _F["singleCoreK"]], op.k)
+    a_res = (rows[:, _F["stepM"]] * rows[:, _F["baseM"]] >= s_m) & (rows[:, _F["stepKa"]] * rows[:, _F["baseK"]] >= s_k)
+    b_res = (rows[:, _F["stepN"]] * rows[:, _F["baseN"]] >= s_n) & (rows[:, _F["stepKb"]] * rows[:, _F["baseK"]] >= s_k)
+    cls = np.where(a_res, 1, np.where(b_res, 2, 0))
+    return np.where(rows[:, _F["singleCoreK"]] < op.k, 3, cls)
+
+
+def _mm_restage(op: MatMul, soc: Soc, cls: int, outer: np.ndarray) -> np.ndarray:
+    """Default staging inside a matmul implementation class (resident operands: whole panel in L1)."""
+    if cls not in (1, 2):
+        return outer
+    ea = DTYPE_BYTES[op.dtype]
+    r = outer.copy()
+    bm, bn, bk = r[:, _F["baseM"]], r[:, _F["baseN"]], r[:, _F["baseK"]]
+    m_iter = -(-np.minimum(r[:, _F["singleCoreM"]], op.m) // bm)
+    n_iter = -(-np.minimum(r[:, _F["singleCoreN"]], op.n) // bn)
+    k_iter = -(-np.minimum(r[:, _F["singleCoreK"]], op.k) // bk)
+    if cls == 1:
+        r[:, _F["stepM"]], r[:, _F["stepKa"]], r[:, _F["stepKb"]], r[:, _F["stepN"]] = m_iter, k_iter, 1, 1
+    else:
+        r[:, _F["stepN"]], r[:, _F["stepKb"]], r[:, _F["stepKa"]], r[:, _F["stepM"]] = n_iter, k_iter, 1, 1
+    da = r[:, _F["stepM"]] * r[:, _F["stepKa"]]
+    db = r[:, _F["stepN"]] * r[:, _F["stepKb"]]
+    fits_db = (2 * da * bm + 2 * db * bn) * bk * ea <= soc.l1
+    r[:, _F["depthA1"]] = np.where(fits_db, 2 * da, da)
+    r[:, _F["depthB1"]] = np.where(fits_db, 2 * db, db)
+    return r

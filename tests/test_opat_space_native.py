@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from aoe import AoeError, _sim, sim
-from aoe.opat.inner import ConvExpander, MatmulExpander, conv_shape, matmul_shape
+from aoe.opat.inner import (ConvExpander, MatmulExpander, conv_shape, matmul_impl_class, matmul_restage,
+                             matmul_shape)
 from aoe.opat.space import conv_space, matmul_space
 from aoe.soc import load_soc
 
@@ -89,6 +90,10 @@ def _check_matmul(soc, op, rng) -> None:
     for limit in (None, 0, 100, 5000, 10**9):
         assert exp.count(space.outer, limit) == r_exp.count(r_outer, limit)
     pick = _pick(r_outer, rng)
+    full = r_exp(pick)
+    assert np.array_equal(matmul_impl_class(op, full), ref.matmul_impl_class(op, full))
+    for cls in range(4):
+        assert np.array_equal(matmul_restage(soc, op, cls, r_outer), ref._mm_restage(op, soc, cls, r_outer))
     groups = [pick[:9], pick[9:10], pick[10:10], pick[10:]]
     for impl in (None, 0, 1, 2, 3):
         ours, theirs = (exp, r_exp) if impl is None else (exp.only(impl), r_exp.only(impl))

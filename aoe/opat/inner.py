@@ -17,8 +17,7 @@ from ..sim import Conv2D, MatMul
 from ..sim.heuristics import CONV_FIELDS, MM_FIELDS
 from ..sim.ops import DTYPE_BYTES
 from ..soc import Soc
-from .bounds import _al as _align
-from .bounds import _cdiv, _formats, conv_dims
+from .bounds import _formats, conv_dims
 from .stagings import MM_INNER, UP_A, UP_B
 
 _F = {name: i for i, name in enumerate(MM_FIELDS)}
@@ -48,14 +47,21 @@ def matmul_shape(soc: Soc, op: MatMul) -> np.ndarray:
 
 
 def matmul_impl_class(op: MatMul, rows: np.ndarray) -> np.ndarray:
-    """Class of each matmul strategy: 0 standard, 1 A resident in L1, 2 B resident, 3 split-K."""
-    s_m = np.minimum(rows[:, _F["singleCoreM"]], op.m)
-    s_n = np.minimum(rows[:, _F["singleCoreN"]], op.n)
-    s_k = np.minimum(rows[:, _F["singleCoreK"]], op.k)
-    a_res = (rows[:, _F["stepM"]] * rows[:, _F["baseM"]] >= s_m) & (rows[:, _F["stepKa"]] * rows[:, _F["baseK"]] >= s_k)
-    b_res = (rows[:, _F["stepN"]] * rows[:, _F["baseN"]] >= s_n) & (rows[:, _F["stepKb"]] * rows[:, _F["baseK"]] >= s_k)
-    cls = np.where(a_res, 1, np.where(b_res, 2, 0))
-    return np.where(rows[:, _F["singleCoreK"]] < op.k, 3, cls)
+    """Class of each matmul strategy: 0 standard, 1 A resident in L1, 2 B resident, 3 split-K.
+
+    Split-K when the per-core K is below K; else A resident when stepM * baseM and stepKa * baseK
+    cover the per-core M and K, B resident when stepN * baseN and stepKb * baseK cover N and K.
+    """
+    return _sim.matmul_impl_class(np.array([op.m, op.n, op.k], np.int64), rows)
+
+
+def matmul_restage(soc: Soc, op: MatMul, cls: int, outer: np.ndarray) -> np.ndarray:
+    """Outer rows with their default staging moved into implementation class `cls` (1 and 2: the
+    resident operand's whole block and K panel in L1, the other streamed one block and one K step
+    at a time, L1 ping-pong of both where it fits; other classes: the rows as they are)."""
+    if cls not in (1, 2):
+        return outer
+    return _sim.matmul_restage(np.array([op.m, op.n, op.k], np.int64), DTYPE_BYTES[op.dtype], soc.l1, cls, outer)
 
 
 class MatmulExpander:

@@ -22,8 +22,8 @@ from ..sim import Conv2D, MatMul, SimOp, VectorOp, default_strategy, simulate_ti
 from ..sim.heuristics import CONV_FIELDS, MM_FIELDS, VEC_FIELDS
 from ..sim.ops import DTYPE_BYTES
 from ..soc import Soc
-from .bounds import conv_row_bound, matmul_row_bound
-from .inner import _C, _F, MM_OUTER, ConvExpander, MatmulExpander, _cdiv, conv_shape, matmul_shape
+from .bounds import _cdiv, conv_row_bound, matmul_row_bound
+from .inner import _C, _F, MM_OUTER, ConvExpander, MatmulExpander, conv_shape, matmul_shape
 
 
 def vector_space(soc: Soc, op: VectorOp) -> np.ndarray:
@@ -172,10 +172,12 @@ def _add_seed_outer(soc: Soc, space: FactoredSpace, order_col: int) -> None:
 
 
 def _has_outer(outer: np.ndarray, cols: list[int], row: np.ndarray) -> bool:
-    """True if some outer row equals `row` on `cols` (one column compared over all rows, the rest
-    only where it matched: the outer set is large)."""
+    """True if some outer row equals `row` on `cols` (one column compared over all rows, each next
+    one only where the previous ones matched: the outer set is large)."""
     cand = np.flatnonzero(outer[:, cols[0]] == row[cols[0]])
-    return bool(len(cand)) and bool((outer[cand][:, cols] == row[cols]).all(axis=1).any())
+    for c in cols[1:]:
+        cand = cand[outer[cand, c] == row[c]]
+    return bool(len(cand))
 
 
 def _mm_lean(outer: np.ndarray) -> np.ndarray:

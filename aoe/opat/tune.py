@@ -32,14 +32,12 @@ from ..graph.singleop import single_ops_graph
 from ..ops import BOTH, HIGH_PERFORMANCE, IMPL_MODES, PERF_ONLY, OpCase, Variant, describe
 from ..sim import Conv2D, MatMul, SimOp, VectorOp, default_strategy, simulate, strategy_fields
 from ..sim.heuristics import MM_FIELDS, default_vector
-from ..sim.ops import DTYPE_BYTES
 from ..soc import Soc, load_soc
-from .inner import matmul_impl_class
+from .inner import matmul_impl_class, matmul_restage
 from .search import Budget, Measure, SearchResult, as_measure, search, simulator_measure
 from .space import FactoredSpace, space_for
 
 KINDS = ("Schedule", "Format", "Impl")
-_F = {name: i for i, name in enumerate(MM_FIELDS)}
 
 
 # --- implementation classes of a matmul tiling --------------------------------------------------
@@ -83,28 +81,6 @@ def _restricted(space: FactoredSpace, keep: Callable[[np.ndarray], np.ndarray],
 
 def _filter(rows: np.ndarray, keep: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
     return rows[keep(rows)] if len(rows) else rows
-
-
-def _mm_restage(op: MatMul, soc: Soc, cls: int, outer: np.ndarray) -> np.ndarray:
-    """Default staging inside a matmul implementation class (resident operands: whole panel in L1)."""
-    if cls not in (1, 2):
-        return outer
-    ea = DTYPE_BYTES[op.dtype]
-    r = outer.copy()
-    bm, bn, bk = r[:, _F["baseM"]], r[:, _F["baseN"]], r[:, _F["baseK"]]
-    m_iter = -(-np.minimum(r[:, _F["singleCoreM"]], op.m) // bm)
-    n_iter = -(-np.minimum(r[:, _F["singleCoreN"]], op.n) // bn)
-    k_iter = -(-np.minimum(r[:, _F["singleCoreK"]], op.k) // bk)
-    if cls == 1:
-        r[:, _F["stepM"]], r[:, _F["stepKa"]], r[:, _F["stepKb"]], r[:, _F["stepN"]] = m_iter, k_iter, 1, 1
-    else:
-        r[:, _F["stepN"]], r[:, _F["stepKb"]], r[:, _F["stepKa"]], r[:, _F["stepM"]] = n_iter, k_iter, 1, 1
-    da = r[:, _F["stepM"]] * r[:, _F["stepKa"]]
-    db = r[:, _F["stepN"]] * r[:, _F["stepKb"]]
-    fits_db = (2 * da * bm + 2 * db * bn) * bk * ea <= soc.l1
-    r[:, _F["depthA1"]] = np.where(fits_db, 2 * da, da)
-    r[:, _F["depthB1"]] = np.where(fits_db, 2 * db, db)
-    return r
 
 
 # --- results ------------------------------------------------------------------------------------
@@ -342,7 +318,7 @@ def _class_space(soc: Soc, op: SimOp, cls: int | None, space: FactoredSpace) -> 
         return space
     if isinstance(op, MatMul):
         return _restricted(space, lambda rows: matmul_impl_class(op, rows) == cls,
-                           lambda outer: _mm_restage(op, soc, cls, outer),
+                           lambda outer: matmul_restage(soc, op, cls, outer),
                            space.expand_impl(cls) if space.expand_impl is not None else None)
     if isinstance(op, VectorOp):
         return _restricted(space, lambda rows: rows[:, 3] == cls)
