@@ -9,7 +9,9 @@
 #pragma once
 
 #include <array>
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <unordered_map>
 #include <vector>
 
@@ -71,14 +73,14 @@ CubeSplit cube_split(const SoC& s, const CubeProb& p, int64_t uc, int64_t s_m, i
 // Lower bound (µs) of one Cube outer choice in matmul terms (bounds.py `cube_bound`, one row).
 double cube_block_bound(const SoC& s, const CubeProb& p, const CubeSplit& c, int64_t b_m, int64_t b_n,
                         int64_t b_k);
+// The same given the block's iteration counts (per-core extent over block, rounded up).
+double cube_its_bound(const SoC& s, const CubeProb& p, const CubeSplit& c, int64_t b_m, int64_t b_n, int64_t m_it,
+                      int64_t n_it, int64_t k_it);
 // A convolution in matmul terms (bounds.py `conv_bound`: the simulator's img2col) and one core
 // split's terms (fields batchDim, hoDim, nDim, groupDim).
 CubeProb conv_prob(const ConvShape& d);
 CubeSplit conv_split(const SoC& s, const ConvShape& d, const CubeProb& p, int64_t bd, int64_t hd, int64_t nd,
                      int64_t gd);
-// Lower bound of a conv outer row with that split and L0 block.
-double conv_block_bound(const SoC& s, const ConvShape& d, const CubeProb& p, const CubeSplit& c, int64_t ho_l0,
-                        int64_t wo_l0, int64_t k_l0, int64_t n_l0);
 CubeProb matmul_prob(const MmShape& d);
 
 // Distinct effective conv core splits (g, batch, rows, channel units) within 2x the least work per
@@ -88,12 +90,24 @@ std::vector<int64_t> conv_splits(int cores, int64_t g, int64_t n, int64_t out_h,
 constexpr int CONV_NF = 14;  // conv strategy fields (aoe.sim.heuristics.CONV_FIELDS)
 constexpr int MM_NF = 23;    // matmul strategy fields (MM_FIELDS)
 
+// Where a space's outer rows go: asked once for room for `n` rows (and `n` bounds), it points
+// `rows` and `bound` at it.
+using OuterAlloc = std::function<void(int64_t n, int64_t*& rows, double*& bound)>;
 // The outer rows of a conv space, each with its default staging in both iterate orders, and one
-// lower bound per row (space.py `conv_space`).
-void conv_outer(const SoC& s, const ConvShape& d, std::vector<int64_t>& rows, std::vector<double>& bound);
+// lower bound per row (space.py `conv_space`). `seed`: CANN's default strategy (14 fields) or
+// null; when its outer choice is not among the rows, it is added at the end in both iterate orders,
+// with the launch time as its bound (a true but weak one: the beam prices it first).
+void conv_outer(const SoC& s, const ConvShape& d, const int64_t* seed, const OuterAlloc& alloc);
 // The outer rows of a matmul space, each with CANN's staging in both iterate orders, and one lower
-// bound per row (space.py `matmul_space`).
-void matmul_outer(const SoC& s, const MmShape& d, std::vector<int64_t>& rows, std::vector<double>& bound);
+// bound per row (space.py `matmul_space`); `seed` (23 fields) as for `conv_outer`.
+void matmul_outer(const SoC& s, const MmShape& d, const int64_t* seed, const OuterAlloc& alloc);
+// Append `seed` and its other iterate order (field `order_col`) with the launch time as bound.
+inline void add_seed(const SoC& s, const int64_t* seed, int nf, int order_col, int64_t* rows, double* bound) {
+    std::copy(seed, seed + nf, rows);
+    std::copy(seed, seed + nf, rows + nf);
+    rows[nf + order_col] = 1 - seed[order_col];
+    bound[0] = bound[1] = s.launch_us;
+}
 
 // Hash of a small fixed-size integer key (a class of outer rows).
 template <int N>
@@ -167,6 +181,7 @@ class MmStagings {
         std::vector<int64_t> ska, skb;
     };
     const Resolved& resolve(int64_t bk, int64_t k_iter);
+    const std::vector<int32_t>& block(int64_t bm, int64_t bn, int64_t bk, int64_t k_iter);
     Table derive(const Key& k);
     MmShape d_;
     int64_t l1_;
@@ -175,7 +190,8 @@ class MmStagings {
     int impl_;  // -1: every staging; else only matmul implementation class `impl_`
     std::unordered_map<Key, Table, KeyHash<7>> classes_;
     std::unordered_map<std::array<int64_t, 2>, Resolved, KeyHash<2>> resolved_;
-    std::vector<char> ok_;  // scratch of `derive`
+    std::unordered_map<std::array<int64_t, 4>, std::vector<int32_t>, KeyHash<4>> blocks_;
+    std::vector<char> fit_;  // scratch of `block`
 };
 
 // A matmul strategy's implementation class (inner.py `matmul_impl_class`): 0 standard, 1 A resident

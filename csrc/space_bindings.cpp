@@ -47,16 +47,26 @@ const int64_t* vec_of(const I64& a, int64_t len, const char* what) {
 
 std::vector<int64_t> to_vector(const I64& a) { return {a.data(), a.data() + a.size()}; }
 
+// A space's outer rows and bounds as numpy arrays (numpy's allocator: large ones get huge pages),
+// built without the GIL; `seed`: an empty array, or CANN's default strategy (`nf` fields).
 template <class Build>
-py::tuple outer_space(Build build, int nf) {
-    std::vector<int64_t> rows;
-    std::vector<double> bound;
+py::tuple outer_space(Build build, int nf, const I64& seed) {
+    if (seed.size() && (seed.ndim() != 1 || seed.shape(0) != nf))
+        throw std::invalid_argument("a seed is one strategy of " + std::to_string(nf) + " fields");
+    py::array_t<int64_t> rows;
+    py::array_t<double> bound;
+    const OuterAlloc alloc = [&](int64_t n, int64_t*& r, double*& b) {
+        py::gil_scoped_acquire gil;
+        rows = py::array_t<int64_t>({py::ssize_t(n), py::ssize_t(nf)});
+        bound = py::array_t<double>(py::ssize_t(n));
+        r = rows.mutable_data();
+        b = bound.mutable_data();
+    };
     {
         py::gil_scoped_release nogil;
-        build(rows, bound);
+        build(seed.size() ? seed.data() : nullptr, alloc);
     }
-    const auto n = py::ssize_t(bound.size());
-    return py::make_tuple(give(std::move(rows), {n, nf}), give(std::move(bound), {n}));
+    return py::make_tuple(rows, bound);
 }
 
 py::array_t<int64_t> group_bounds(const std::vector<int64_t>& rows_per_group) {
@@ -71,22 +81,26 @@ py::array_t<int64_t> group_bounds(const std::vector<int64_t>& rows_per_group) {
 void bind(py::module_& m) {
     m.def(
         "conv_space",
-        [](const SoC& soc, const I64& shape) {
+        [](const SoC& soc, const I64& shape, const I64& seed) {
             const ConvShape d = conv_shape(vec_of(shape, CONV_SHAPE_LEN, "a conv shape"), CONV_SHAPE_LEN);
-            return outer_space([&](auto& r, auto& b) { conv_outer(soc, d, r, b); }, CONV_NF);
+            return outer_space([&](const int64_t* sd, const OuterAlloc& a) { conv_outer(soc, d, sd, a); }, CONV_NF,
+                               seed);
         },
-        py::arg("soc"), py::arg("shape"),
+        py::arg("soc"), py::arg("shape"), py::arg("seed") = py::array_t<int64_t>(0),
         "The outer rows of a conv Schedule space (core split x L0 block, in lexicographic order), each "
-        "with its default staging in both iterate orders, and each row's lower bound (µs).");
+        "with its default staging in both iterate orders, and each row's lower bound (µs); the seed's "
+        "outer choice (CANN's default strategy) added at the end when it is not one of them.");
     m.def(
         "matmul_space",
-        [](const SoC& soc, const I64& shape) {
+        [](const SoC& soc, const I64& shape, const I64& seed) {
             const MmShape d = mm_shape(vec_of(shape, MM_SHAPE_LEN, "a matmul shape"), MM_SHAPE_LEN);
-            return outer_space([&](auto& r, auto& b) { matmul_outer(soc, d, r, b); }, MM_NF);
+            return outer_space([&](const int64_t* sd, const OuterAlloc& a) { matmul_outer(soc, d, sd, a); }, MM_NF,
+                               seed);
         },
-        py::arg("soc"), py::arg("shape"),
+        py::arg("soc"), py::arg("shape"), py::arg("seed") = py::array_t<int64_t>(0),
         "The outer rows of a matmul Schedule space (base block x per-core block, split-K), each with "
-        "CANN's staging in both iterate orders, and each row's lower bound (µs).");
+        "CANN's staging in both iterate orders, and each row's lower bound (µs); the seed's outer "
+        "choice added at the end when it is not one of them.");
     m.def(
         "conv_splits",
         [](int cores, int64_t g, int64_t n, int64_t out_h, int64_t n_units) {

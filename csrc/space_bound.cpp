@@ -61,7 +61,11 @@ CubeSplit cube_split(const SoC& s, const CubeProb& p, int64_t uc, int64_t s_m, i
 
 double cube_block_bound(const SoC& s, const CubeProb& p, const CubeSplit& c, int64_t b_m, int64_t b_n,
                         int64_t b_k) {
-    const int64_t m_it = py_cdiv(c.t_m, b_m), n_it = py_cdiv(c.t_n, b_n), k_it = py_cdiv(c.t_k, b_k);
+    return cube_its_bound(s, p, c, b_m, b_n, py_cdiv(c.t_m, b_m), py_cdiv(c.t_n, b_n), py_cdiv(c.t_k, b_k));
+}
+
+double cube_its_bound(const SoC& s, const CubeProb& p, const CubeSplit& c, int64_t b_m, int64_t b_n, int64_t m_it,
+                      int64_t n_it, int64_t k_it) {
     const double blocks = double(m_it * n_it * k_it);
     const double cube = c.fractals + s.mmad_overhead_cycles * blocks;
     const double run_c = p.c_nz ? double(std::min(b_m, c.a_m)) * 32.0 : double(std::min(b_n, c.t_n)) * c.out_e;
@@ -111,13 +115,6 @@ CubeSplit conv_split(const SoC& s, const ConvShape& d, const CubeProb& p, int64_
     }
     const int64_t tasks = d.g * py_cdiv(p.M, s_m) * py_cdiv(p.N, s_n) * py_cdiv(p.K, s_k);
     return cube_split(s, p, std::min(bd * hd * nd * gd, tasks), s_m, s_n, s_k);
-}
-
-double conv_block_bound(const SoC& s, const ConvShape& d, const CubeProb& p, const CubeSplit& c, int64_t ho_l0,
-                        int64_t wo_l0, int64_t k_l0, int64_t n_l0) {
-    const int64_t pix_l0 = ho_l0 * wo_l0;
-    if (d.filt()) return cube_block_bound(s, p, c, k_l0, n_l0, py_align(pix_l0, d.c0));
-    return cube_block_bound(s, p, c, py_align(pix_l0, 16), n_l0, k_l0);
 }
 
 CubeProb matmul_prob(const MmShape& d) {

@@ -64,35 +64,33 @@ namespace {
 constexpr int64_t CONV_PIXELS[4] = {64, 128, 256, 512};  // L0 pixel-block targets
 constexpr int64_t CONV_ROW_SPLITS[3] = {1, 2, 4};        // the core's rows whole or cut evenly
 
-// Give one outer row (L1 fields at their L0 values) its default staging (space.py
-// `_conv_default_inner`): the smallest hoL1 multiple, the largest K chunk in whole windows (dW: the
-// smallest), full ping-pong. False when it has no legal one (the row is dropped). `ho_core`: the
-// rows per core; `c1_core`: the C0 channel groups per core (dW).
-bool default_inner(const ConvShape& d, int64_t ho_core, int64_t c1_core, int64_t* r) {
-    static const int64_t mults[4] = {1, 2, 4, 8};
-    const int64_t ho_l0 = r[8], k_l0 = r[10];
-    int i_h = -1;
-    for (int i = 0; i < 4 && i_h < 0; ++i)
-        if (ho_l0 * mults[i] <= std::max(ho_core, ho_l0)) i_h = i;
-    int64_t ka = -1, kb = -1;
+// An outer row's default staging (space.py `_conv_default_inner`): the smallest hoL1 multiple, the
+// largest K chunk in whole windows (dW: the smallest), full ping-pong; a row without a legal one is
+// dropped (a value of 0 here). The hoL1 multiple depends on hoL0 and the rows per core only, the
+// K chunks on kL0 and (dW) the C0 channel groups per core only: each is found once for all rows
+// that share them.
+constexpr int64_t DEFAULT_MULTS[4] = {1, 2, 4, 8};
+
+int64_t default_ho_l1(int64_t ho_l0, int64_t ho_core) {
+    for (int64_t m : DEFAULT_MULTS)
+        if (ho_l0 * m <= std::max(ho_core, ho_l0)) return ho_l0 * m;
+    return 0;
+}
+
+std::pair<int64_t, int64_t> default_k_chunks(const ConvShape& d, int64_t k_l0, int64_t c1_core) {
+    int64_t ka = 0, kb = 0;
     if (d.filt()) {
-        for (int i = 0; i < 3 && ka < 0; ++i)
-            if (k_l0 * mults[i] <= d.co16) ka = k_l0 * mults[i];
-        for (int i = 0; i < 3 && kb < 0; ++i)
-            if (mults[i] <= c1_core) kb = d.win * mults[i];
-    } else {
-        for (int i = 0; i < 4; ++i) {
-            const int64_t v = d.win * mults[i];
-            if (v <= d.k_whole && v % k_l0 == 0) ka = v;
-        }
-        kb = ka;
+        for (int i = 0; i < 3 && !ka; ++i)
+            if (k_l0 * DEFAULT_MULTS[i] <= d.co16) ka = k_l0 * DEFAULT_MULTS[i];
+        for (int i = 0; i < 3 && !kb; ++i)
+            if (DEFAULT_MULTS[i] <= c1_core) kb = d.win * DEFAULT_MULTS[i];
+        return {ka, kb};
     }
-    if (i_h < 0 || ka < 0 || kb < 0) return false;
-    r[4] = ho_l0 * mults[i_h];
-    r[6] = ka;
-    r[7] = kb;
-    r[12] = 31;
-    return true;
+    for (int64_t m : DEFAULT_MULTS) {
+        const int64_t v = d.win * m;
+        if (v <= d.k_whole && v % k_l0 == 0) ka = v;
+    }
+    return {ka, ka};
 }
 
 // The per-core channel extent nL0 blocks are cut from (dW: channels x window), 16-aligned.
@@ -103,7 +101,7 @@ int64_t n_cap_of(const ConvShape& d, int64_t nd) {
 
 }  // namespace
 
-void conv_outer(const SoC& s, const ConvShape& d, std::vector<int64_t>& rows, std::vector<double>& bound) {
+void conv_outer(const SoC& s, const ConvShape& d, const int64_t* seed, const OuterAlloc& alloc) {
     const bool filt = d.filt();
     const int64_t out_h = d.out_h, out_w = d.out_w, ea = d.ea, c0 = d.c0;
     const int64_t n_units = filt ? py_cdiv(d.cin_g, c0) : py_cdiv(d.out_c, 16);
@@ -114,8 +112,8 @@ void conv_outer(const SoC& s, const ConvShape& d, std::vector<int64_t>& rows, st
     std::vector<int64_t> wo_l0s;
     for (int64_t v = std::min<int64_t>(out_w, 256); v >= 1 && wo_l0s.size() < 4; --v)
         if (out_w % v == 0) wo_l0s.push_back(v);
-    // distinct (split, hoL0, woL0) whose L0 block fits with ping-pong, packed as space.py packs them
-    std::set<int64_t> keys;
+    // distinct (split, hoL0, woL0) whose L0 block fits with ping-pong, packed as space.py packed them
+    std::vector<int64_t> keys;
     auto add = [&](int64_t si, int64_t ho_l0, int64_t wo_l0) {
         bool keep;
         if (filt) {  // dW: the pixels are the K of both L0 operands (16 rows of each at least)
@@ -125,15 +123,17 @@ void conv_outer(const SoC& s, const ConvShape& d, std::vector<int64_t>& rows, st
             const int64_t pix_al = py_cdiv(ho_l0 * wo_l0, 16) * 16;
             keep = pix_al * c0 * ea * 2 <= s.l0a && pix_al * 16 * 4 * 2 <= s.l0c;
         }
-        if (keep) keys.insert((si * 4096 + ho_l0) * 4096 + wo_l0);
+        if (keep) keys.push_back((si * 4096 + ho_l0) * 4096 + wo_l0);
     };
     for (int64_t si = 0; si < n_split; ++si) {
-        const int64_t ho_core = py_cdiv(out_h, sp[4 * si + 2]);
+        const int64_t ho_core = py_cdiv(out_h, sp[size_t(4 * si + 2)]);
         for (int64_t wo_l0 : wo_l0s)
             for (int64_t m0 : CONV_PIXELS) add(si, std::max<int64_t>(1, std::min(ho_core, py_fdiv(m0, wo_l0))), wo_l0);
         for (int64_t wo_l0 : wo_l0s)
             for (int64_t j : CONV_ROW_SPLITS) add(si, py_cdiv(ho_core, j), wo_l0);
     }
+    std::sort(keys.begin(), keys.end());
+    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
     std::vector<std::vector<std::pair<int64_t, int64_t>>> blocks(static_cast<size_t>(n_split));
     for (int64_t key : keys) {
         const int64_t si = py_fdiv(key, 4096 * 4096);
@@ -143,7 +143,7 @@ void conv_outer(const SoC& s, const ConvShape& d, std::vector<int64_t>& rows, st
     // kL0 / nL0: powers of two and the whole per-core extent or an even split of it
     std::vector<int64_t> k_l0s;
     if (filt) {
-        k_l0s = block_sizes(py_align(d.co_g, 16), 128, 16);
+        k_l0s = block_sizes(d.co16, 128, 16);
     } else {
         for (int64_t v : pow2_upto(8 * c0, c0))
             if (v <= d.k_al) k_l0s.push_back(v);
@@ -157,49 +157,67 @@ void conv_outer(const SoC& s, const ConvShape& d, std::vector<int64_t>& rows, st
         const int64_t* y = &sp[size_t(4 * b)];
         return std::make_tuple(x[1], x[2], x[3], x[0]) < std::make_tuple(y[1], y[2], y[3], y[0]);
     });
-    // at most this many rows (the L0 fit drops some): reserved once, not grown
-    size_t most = 0;
-    for (int64_t si = 0; si < n_split; ++si) {
-        const int64_t nd = sp[size_t(4 * si + 3)];
-        most += 2 * blocks[size_t(si)].size() * k_l0s.size() * block_sizes(n_cap_of(d, nd), filt ? 128 : 256, 16).size();
-    }
-    rows.clear();
-    bound.clear();
-    rows.reserve(most * CONV_NF);
-    bound.reserve(most);
     const CubeProb prob = conv_prob(d);
-    int64_t r[CONV_NF];
-    for (int64_t si : order) {
-        const int64_t gd = sp[size_t(4 * si)], bd = sp[size_t(4 * si + 1)], hd = sp[size_t(4 * si + 2)];
-        const int64_t nd = sp[size_t(4 * si + 3)];
-        const std::vector<int64_t> n_l0s = block_sizes(n_cap_of(d, nd), filt ? 128 : 256, 16);
-        const CubeSplit split = conv_split(s, d, prob, bd, hd, nd, gd);
-        const int64_t ho_core = py_cdiv(out_h, hd), c1_core = py_cdiv(d.c1_total, nd);
-        for (const auto& [ho_l0, wo_l0] : blocks[size_t(si)]) {
-            const int64_t pix = ho_l0 * wo_l0;
-            const int64_t pk = py_cdiv(pix, c0) * c0, pm = py_cdiv(pix, 16) * 16;
-            for (int64_t kl : k_l0s)
-                for (int64_t nl : n_l0s) {
-                    // the L0 buffers with ping-pong; dW: M = Cout (kL0), N = channels x window (nL0),
-                    // K = pixels; else M = pixels, N = output channels (nL0), K = kL0
-                    const bool fit = filt ? kl * pk * ea * 2 <= s.l0a && nl * pk * ea * 2 <= s.l0b &&
-                                                kl * nl * 4 * 2 <= s.l0c
-                                          : pm * kl * ea * 2 <= s.l0a && nl * kl * ea * 2 <= s.l0b &&
-                                                pm * nl * 4 * 2 <= s.l0c;
-                    if (!fit) continue;
-                    const int64_t base[CONV_NF] = {bd, hd, nd, gd, ho_l0, out_w, 0, 0, ho_l0, wo_l0, kl, nl, 0, 0};
-                    std::copy(base, base + CONV_NF, r);
-                    if (!default_inner(d, ho_core, c1_core, r)) continue;
-                    // no staging of an outer row goes below its bound (one for both iterate orders)
-                    const double b = conv_block_bound(s, d, prob, split, ho_l0, wo_l0, kl, nl);
-                    for (int64_t ord = 0; ord < 2; ++ord) {
-                        r[13] = ord;
-                        rows.insert(rows.end(), r, r + CONV_NF);
-                        bound.push_back(b);
+    std::vector<int64_t> n_its;
+    int64_t* w = nullptr;
+    double* wb = nullptr;
+    bool seed_found = false;
+    // walked twice: first counting the rows (and looking for the seed's outer choice: groups,
+    // batch, rows, units, L0 block), then writing them
+    for (int pass = 0; pass < 2; ++pass) {
+        int64_t kept = 0;
+        for (int64_t si : order) {
+            const int64_t gd = sp[size_t(4 * si)], bd = sp[size_t(4 * si + 1)], hd = sp[size_t(4 * si + 2)];
+            const int64_t nd = sp[size_t(4 * si + 3)];
+            const bool seed_split = seed && seed[0] == bd && seed[1] == hd && seed[2] == nd && seed[3] == gd;
+            const std::vector<int64_t> n_l0s = block_sizes(n_cap_of(d, nd), filt ? 128 : 256, 16);
+            const CubeSplit split = conv_split(s, d, prob, bd, hd, nd, gd);
+            // the bound's iteration counts (per-core extent over block) found once per split and
+            // block value: cube_block_bound's integers, so the same bits
+            n_its.clear();
+            for (int64_t nl : n_l0s) n_its.push_back(py_cdiv(split.t_n, nl));
+            const int64_t ho_core = py_cdiv(out_h, hd), c1_core = py_cdiv(d.c1_total, nd);
+            for (const auto& [ho_l0, wo_l0] : blocks[size_t(si)]) {
+                const int64_t pix = ho_l0 * wo_l0;
+                const int64_t pk = py_cdiv(pix, c0) * c0, pm = py_cdiv(pix, 16) * 16;
+                const int64_t ho_l1 = default_ho_l1(ho_l0, ho_core);
+                const bool seed_block = seed_split && seed[8] == ho_l0 && seed[9] == wo_l0;
+                // dW: M = Cout (kL0), N = channels x window (nL0), K = pixels; else M = pixels,
+                // N = output channels (nL0), K = kL0
+                const int64_t b_m_pix = py_align(pix, 16);
+                const int64_t it_pix = filt ? py_cdiv(split.t_k, py_align(pix, c0)) : py_cdiv(split.t_m, b_m_pix);
+                for (int64_t kl : k_l0s) {
+                    const auto [ka, kb] = default_k_chunks(d, kl, c1_core);
+                    if (!ho_l1 || !ka || !kb) continue;
+                    const int64_t it_kl = filt ? py_cdiv(split.t_m, kl) : py_cdiv(split.t_k, kl);
+                    for (size_t j = 0; j < n_l0s.size(); ++j) {
+                        const int64_t nl = n_l0s[j];
+                        // the L0 buffers with ping-pong
+                        const bool fit = filt ? kl * pk * ea * 2 <= s.l0a && nl * pk * ea * 2 <= s.l0b &&
+                                                    kl * nl * 4 * 2 <= s.l0c
+                                              : pm * kl * ea * 2 <= s.l0a && nl * kl * ea * 2 <= s.l0b &&
+                                                    pm * nl * 4 * 2 <= s.l0c;
+                        if (!fit) continue;
+                        ++kept;
+                        if (!pass) {
+                            seed_found |= seed_block && seed[10] == kl && seed[11] == nl;
+                            continue;
+                        }
+                        // no staging of an outer row goes below its bound (one for both orders)
+                        wb[0] = wb[1] = filt ? cube_its_bound(s, prob, split, kl, nl, it_kl, n_its[j], it_pix)
+                                             : cube_its_bound(s, prob, split, b_m_pix, nl, it_pix, n_its[j], it_kl);
+                        const int64_t r[CONV_NF] = {bd, hd, nd, gd, ho_l1, out_w, ka, kb, ho_l0, wo_l0, kl, nl, 31, 0};
+                        for (int c = 0; c < CONV_NF; ++c) w[c] = w[CONV_NF + c] = r[c];
+                        w[2 * CONV_NF - 1] = 1;  // the other iterate order
+                        w += 2 * CONV_NF;
+                        wb += 2;
                     }
                 }
+            }
         }
+        if (!pass) alloc(2 * kept + (seed && !seed_found ? 2 : 0), w, wb);
     }
+    if (seed && !seed_found) add_seed(s, seed, CONV_NF, 13, w, wb);
 }
 
 ConvStagings::Key ConvStagings::key(const int64_t* row) const {

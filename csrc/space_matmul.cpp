@@ -49,7 +49,7 @@ constexpr int64_t L2_CUTS[8][2] = {{1, 2}, {1, 4}, {2, 1}, {2, 2}, {2, 4}, {4, 1
 
 }  // namespace
 
-void matmul_outer(const SoC& s, const MmShape& d, std::vector<int64_t>& rows, std::vector<double>& bound) {
+void matmul_outer(const SoC& s, const MmShape& d, const int64_t* seed, const OuterAlloc& alloc) {
     const int64_t ea = d.ea, k0 = py_fdiv(32, ea), m = d.m, n = d.n, k = d.k;
     const int64_t m16 = py_align(m, 16), n16 = py_align(n, 16), kal = py_align(k, k0);
     const int64_t batch = std::max(d.batch_a, d.batch_b), cores = s.cube_cores;
@@ -92,15 +92,20 @@ void matmul_outer(const SoC& s, const MmShape& d, std::vector<int64_t>& rows, st
                     }
             }
         }
-    const size_t n_out = picks.size() / 7;
-    rows.assign(2 * n_out * MM_NF, 0);
-    bound.resize(2 * n_out);
+    const int64_t n_out = int64_t(picks.size() / 7);
+    bool seed_found = false;
+    for (int64_t i = 0; seed && !seed_found && i < n_out; ++i)
+        seed_found = std::equal(seed, seed + 7, &picks[size_t(7 * i)]);  // the outer choice: first 7 fields
+    int64_t* rows = nullptr;
+    double* bound = nullptr;
+    alloc(2 * n_out + (seed && !seed_found ? 2 : 0), rows, bound);
     const CubeProb prob = matmul_prob(d);
     // the bound's terms of a per-core block (uc follows from it): shared by every base block
     std::unordered_map<std::array<int64_t, 3>, CubeSplit, KeyHash<3>> splits;
-    for (size_t i = 0; i < n_out; ++i) {
-        int64_t* r = &rows[2 * i * MM_NF];
-        const int64_t* o = &picks[7 * i];
+    for (int64_t i = 0; i < n_out; ++i) {
+        int64_t* r = rows + 2 * i * MM_NF;
+        const int64_t* o = &picks[size_t(7 * i)];
+        std::fill(r, r + MM_NF, 0);
         std::copy(o, o + 7, r);  // usedCoreNum, singleCoreM/N/K, baseM/N/K
         default_inner(s, d, r);
         auto it = splits.find({o[1], o[2], o[3]});
@@ -112,6 +117,7 @@ void matmul_outer(const SoC& s, const MmShape& d, std::vector<int64_t>& rows, st
         r[F_ORD] = 0;
         r[MM_NF + F_ORD] = 1;
     }
+    if (seed && !seed_found) add_seed(s, seed, MM_NF, F_ORD, rows + 2 * n_out * MM_NF, bound + 2 * n_out);
 }
 
 int matmul_impl_class(const int64_t* mnk, const int64_t* r) {
@@ -201,25 +207,40 @@ const MmStagings::Resolved& MmStagings::resolve(int64_t bk, int64_t k_iter) {
     return resolved_.emplace(std::array<int64_t, 2>{bk, k_iter}, std::move(r)).first->second;
 }
 
-Table MmStagings::derive(const Key& key) {
-    // the template resolved for this K block, then the rows that fit L1 and step within the
-    // iteration counts, undominated by ping-pong, in the implementation class asked; template order
-    const int64_t bm = key[0], bn = key[1], bk = key[2], m_iter = key[3], n_iter = key[4], k_iter = key[5];
-    const bool split_k = key[6] != 0;
+const std::vector<int32_t>& MmStagings::block(int64_t bm, int64_t bn, int64_t bk, int64_t k_iter) {
+    // the template rows legal for this K block whose L1 buffers fit, minus those dominated by the
+    // same staging with L1 ping-pong of A (or B) added that fits too. A row and its ping-pong
+    // upgrade share their steps, so whether the upgrade survives a class's step limits is whether
+    // the row does: the prune is the same for every class of the block.
+    auto it = blocks_.find({bm, bn, bk, k_iter});
+    if (it != blocks_.end()) return it->second;
     const Resolved& r = resolve(bk, k_iter);
-    ok_.assign(t_.size() / NS, 0);
+    fit_.assign(t_.size() / NS, 0);
     for (int32_t i : r.legal) {
         const int64_t* t = &t_[size_t(i) * NS];
         const int64_t da = t[2] * r.ska[size_t(i)] * (1 + t[5]), db = t[3] * r.skb[size_t(i)] * (1 + t[6]);
-        const int64_t l1 = (da * bm + db * bn) * bk * d_.ea + (d_.bias ? t[3] * bn * 4 : 0);
-        ok_[size_t(i)] = l1 <= l1_ && t[2] <= m_iter && t[3] <= n_iter;
+        fit_[size_t(i)] = (da * bm + db * bn) * bk * d_.ea + (d_.bias ? t[3] * bn * 4 : 0) <= l1_;
     }
-    Table out;
+    std::vector<int32_t> rows;
     for (int32_t i : r.legal) {
         const int64_t* t = &t_[size_t(i) * NS];
-        // dominated: the same staging with L1 ping-pong of A (or B) added fits too
-        if (!ok_[size_t(i)] || (t[5] == 0 && ok_[size_t(up_a_[size_t(i)])]) || (t[6] == 0 && ok_[size_t(up_b_[size_t(i)])]))
-            continue;
+        if (fit_[size_t(i)] && !((t[5] == 0 && fit_[size_t(up_a_[size_t(i)])]) || (t[6] == 0 && fit_[size_t(up_b_[size_t(i)])])))
+            rows.push_back(i);
+    }
+    return blocks_.emplace(std::array<int64_t, 4>{bm, bn, bk, k_iter}, std::move(rows)).first->second;
+}
+
+Table MmStagings::derive(const Key& key) {
+    // the block's undominated rows whose steps are within the iteration counts, in the
+    // implementation class asked; template order
+    const int64_t m_iter = key[3], n_iter = key[4], k_iter = key[5];
+    const bool split_k = key[6] != 0;
+    const Resolved& r = resolve(key[2], k_iter);
+    const std::vector<int32_t>& rows = block(key[0], key[1], key[2], k_iter);
+    Table out;
+    for (int32_t i : rows) {
+        const int64_t* t = &t_[size_t(i) * NS];
+        if (t[2] > m_iter || t[3] > n_iter) continue;
         const int64_t ska = r.ska[size_t(i)], skb = r.skb[size_t(i)];
         if (impl_ >= 0) {  // inner.py `matmul_impl_class` of the row
             int cls = 3;

@@ -828,3 +828,19 @@ def _mm_restage(op: MatMul, soc: Soc, cls: int, outer: np.ndarray) -> np.ndarray
     r[:, _F["depthA1"]] = np.where(fits_db, 2 * da, da)
     r[:, _F["depthB1"]] = np.where(fits_db, 2 * db, db)
     return r
+
+
+# --- CANN's default outer choice as a member (aoe/opat/space.py `space_for`) ---
+
+def add_seed_outer(soc: Soc, outer: np.ndarray, lb: np.ndarray, seed: np.ndarray, cols: list[int],
+                   order_col: int) -> tuple[np.ndarray, np.ndarray]:
+    """Make CANN's default outer choice (core split, per-core and base blocks) a member of the space:
+    the outer rows and bounds with the seed in both iterate orders added when its outer choice is
+    not among them (bound: the launch time)."""
+    known = outer[:, cols]
+    new = [r for r in seed[None, :] if not (known == r[cols]).all(axis=1).any()]
+    if not new:
+        return outer, lb
+    add = np.repeat(np.array(new, np.int64), 2, axis=0)
+    add[1::2, order_col] = 1 - add[1::2, order_col]
+    return np.concatenate([outer, add]), np.concatenate([lb, np.full(len(add), float(soc.launch_us))])

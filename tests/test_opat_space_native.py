@@ -16,6 +16,7 @@ from aoe import AoeError, _sim, sim
 from aoe.opat.inner import (ConvExpander, MatmulExpander, conv_shape, matmul_impl_class, matmul_restage,
                              matmul_shape)
 from aoe.opat.space import conv_space, matmul_space
+from aoe.sim.heuristics import CONV_FIELDS, MM_FIELDS
 from aoe.soc import load_soc
 
 # the shipped SoCs and two made-up ones: small buffers and an odd core count, larger buffers
@@ -58,11 +59,31 @@ def _pick(outer: np.ndarray, rng: np.random.Generator, n: int = 40) -> np.ndarra
     return outer[idx]
 
 
+def _seeds(soc, op, outer: np.ndarray, fields: list[str], order_col: int) -> list[np.ndarray]:
+    """CANN's default strategy, and an outer row of the space with other inner fields and order."""
+    d = sim.default_strategy(soc, op)
+    seeds = [np.array([d[f] for f in fields], np.int64)]
+    if len(outer):
+        other = outer[len(outer) // 2].copy()
+        other[order_col] = 1 - other[order_col]
+        other[fields.index("pBufferFlag" if "pBufferFlag" in fields else "depthA1")] += 1
+        seeds.append(other)
+    return seeds
+
+
+def _check_seeded(space_fn, soc, op, r_outer, r_lb, fields, cols, order_col) -> None:
+    for seed in _seeds(soc, op, r_outer, fields, order_col):
+        space = space_fn(soc, op, seed)
+        outer, lb = ref.add_seed_outer(soc, r_outer, r_lb, seed, cols, order_col)
+        assert np.array_equal(space.outer, outer) and space.lower_bound.tobytes() == lb.tobytes()
+
+
 def _check_conv(soc, op, rng) -> None:
     space = conv_space(soc, op)
     r_outer, r_lb, r_exp = ref.conv_space(soc, op)
     assert space.outer.dtype == np.int64 and np.array_equal(space.outer, r_outer)
     assert space.lower_bound.dtype == np.float64 and space.lower_bound.tobytes() == r_lb.tobytes()
+    _check_seeded(conv_space, soc, op, r_outer, r_lb, list(CONV_FIELDS), [0, 1, 2, 3, 8, 9, 10, 11], 13)
     exp = space.expand
     assert exp.count(space.outer) == r_exp.count(r_outer)
     if not len(r_outer):
@@ -86,6 +107,7 @@ def _check_matmul(soc, op, rng) -> None:
     r_outer, r_lb, r_exp = ref.matmul_space(soc, op)
     assert space.outer.dtype == np.int64 and np.array_equal(space.outer, r_outer)
     assert space.lower_bound.tobytes() == r_lb.tobytes()
+    _check_seeded(matmul_space, soc, op, r_outer, r_lb, list(MM_FIELDS), list(range(7)), 11)
     exp = space.expand
     for limit in (None, 0, 100, 5000, 10**9):
         assert exp.count(space.outer, limit) == r_exp.count(r_outer, limit)

@@ -123,61 +123,37 @@ class FactoredSpace:
 
 
 def space_for(soc: Soc, op: SimOp) -> FactoredSpace:
-    """The Schedule space of one kernel model, seeded with CANN's default strategy."""
+    """The Schedule space of one kernel model, seeded with CANN's default strategy.
+
+    CANN's default outer choice (core split, per-core and base blocks) is made a member of a Cube
+    space: its split or blocks may be ones the enumeration does not produce (CANN derives them from
+    its own L2 tiling, for one). With it, the space's optimum is never slower than CANN's default and
+    every staging of that outer choice is searched too. Its bound is the launch time alone (a true
+    but weak bound), so the beam prices it first.
+    """
+    fields = MM_FIELDS if isinstance(op, MatMul) else CONV_FIELDS if isinstance(op, Conv2D) else \
+        VEC_FIELDS if isinstance(op, VectorOp) else None
+    if fields is None:
+        raise TypeError(f"no space for {op!r}")
+    d = default_strategy(soc, op)
+    seeds = np.array([[d[f] for f in fields]], dtype=np.int64)
     if isinstance(op, MatMul):
-        space = matmul_space(soc, op)
+        space = matmul_space(soc, op, seeds[0])
         space.repair = lambda rows: _mm_repair(op, rows)
         space.fallback = _mm_lean
         space.row_bound = lambda rows: matmul_row_bound(soc, op, rows, _F)
+        space.outer_cols = list(MM_OUTER)
     elif isinstance(op, Conv2D):
-        space = conv_space(soc, op)
+        space = conv_space(soc, op, seeds[0])
         space.fallback = _conv_lean
         space.row_bound = lambda rows: conv_row_bound(soc, op, rows, _C)
-    elif isinstance(op, VectorOp):
+        space.outer_cols = [_C[f] for f in ("batchDim", "hoDim", "nDim", "groupDim", "hoL0", "woL0", "kL0", "nL0")]
+    else:
         rows = vector_space(soc, op)
         space = FactoredSpace(list(VEC_FIELDS), rows, lambda r: r, count=lambda r, limit=None: len(r))
-    else:
-        raise TypeError(f"no space for {op!r}")
-    d = default_strategy(soc, op)
-    space.seeds = np.array([[d[f] for f in space.fields]], dtype=np.int64)
+    space.seeds = seeds
     space.valid = lambda rows: _sim_valid(soc, op, rows)
-    if isinstance(op, MatMul):
-        space.outer_cols = list(MM_OUTER)
-        _add_seed_outer(soc, space, _F["iterateOrder"])
-    elif isinstance(op, Conv2D):
-        space.outer_cols = [_C[f] for f in ("batchDim", "hoDim", "nDim", "groupDim", "hoL0", "woL0", "kL0", "nL0")]
-        _add_seed_outer(soc, space, _C["iterateMNOrder"])
     return space
-
-
-def _add_seed_outer(soc: Soc, space: FactoredSpace, order_col: int) -> None:
-    """Make CANN's default outer choice (core split, per-core and base blocks) a member of the space.
-
-    Its core split or blocks may be ones the enumeration does not produce (CANN derives them from
-    its own L2 tiling, for one); with it, the space's optimum is never slower than CANN's default
-    and every staging of that outer choice is searched too. Its bound is the launch time alone (a
-    true but weak bound), so the beam prices it first.
-    """
-    seeds = space.seeds
-    cols = space.outer_cols
-    new = [r for r in seeds if not _has_outer(space.outer, cols, r)]
-    if not new:
-        return
-    add = np.repeat(np.array(new, np.int64), 2, axis=0)
-    add[1::2, order_col] = 1 - add[1::2, order_col]
-    space.outer = np.concatenate([space.outer, add])
-    if space.lower_bound is not None:
-        space.lower_bound = np.concatenate([space.lower_bound, np.full(len(add), float(soc.launch_us))])
-    space.upper_size = None
-
-
-def _has_outer(outer: np.ndarray, cols: list[int], row: np.ndarray) -> bool:
-    """True if some outer row equals `row` on `cols` (one column compared over all rows, each next
-    one only where the previous ones matched: the outer set is large)."""
-    cand = np.flatnonzero(outer[:, cols[0]] == row[cols[0]])
-    for c in cols[1:]:
-        cand = cand[outer[cand, c] == row[c]]
-    return bool(len(cand))
 
 
 def _mm_lean(outer: np.ndarray) -> np.ndarray:
@@ -224,7 +200,7 @@ def _mm_repair(op: MatMul, rows: np.ndarray) -> np.ndarray:
 
 # --- matmul -------------------------------------------------------------------------------------
 
-def matmul_space(soc: Soc, op: MatMul) -> FactoredSpace:
+def matmul_space(soc: Soc, op: MatMul, seed: np.ndarray | None = None) -> FactoredSpace:
     """Outer: base block x per-core block (core split, split-K); inner: steps, order, L1 ping-pong, L2.
 
     The outer rows come from `aoe._sim.matmul_space` (csrc/space_matmul.cpp), in this order: base
@@ -235,9 +211,11 @@ def matmul_space(soc: Soc, op: MatMul) -> FactoredSpace:
     only where the output alone cannot fill the cores). Each has CANN's staging (K in 256-element
     chunks, or the whole K panel when it fits L1 double-buffered; L1 and L0 ping-pong where they
     fit; 2 x 2 L2 tiles for operands beyond half of L2) in both iterate orders, and one lower bound
-    for the pair (`bounds.py`).
+    for the pair (`bounds.py`). `seed`: a strategy whose outer choice is added at the end (with the
+    launch time as its bound) when it is not one of them.
     """
-    outer, lb = _sim.matmul_space(soc.native, matmul_shape(soc, op))
+    seed = np.zeros(0, np.int64) if seed is None else np.asarray(seed, np.int64)
+    outer, lb = _sim.matmul_space(soc.native, matmul_shape(soc, op), seed)
     expand = MatmulExpander(soc, op)
     return FactoredSpace(list(MM_FIELDS), outer, expand, lb, expand.count, expand_many=expand.many,
                          expand_impl=expand.only)
@@ -245,7 +223,7 @@ def matmul_space(soc: Soc, op: MatMul) -> FactoredSpace:
 
 # --- conv ---------------------------------------------------------------------------------------
 
-def conv_space(soc: Soc, op: Conv2D) -> FactoredSpace:
+def conv_space(soc: Soc, op: Conv2D, seed: np.ndarray | None = None) -> FactoredSpace:
     """Outer: core split x L0 block; inner: L1 staging (rows, K chunks), L1 ping-pong, iterate order.
 
     The outer rows come from `aoe._sim.conv_space` (csrc/space_conv.cpp), in lexicographic order of
@@ -259,9 +237,12 @@ def conv_space(soc: Soc, op: Conv2D) -> FactoredSpace:
       channels x window), fitting L0A, L0B and L0C with ping-pong.
     Each row has one legal default staging (the smallest hoL1, the largest K chunk in whole windows,
     dW the smallest; full ping-pong; rows without one are dropped) in both iterate orders, and one
-    lower bound for the pair (`bounds.py`). `ConvExpander` gives every staging.
+    lower bound for the pair (`bounds.py`). `ConvExpander` gives every staging. `seed`: a strategy
+    whose outer choice is added at the end (with the launch time as its bound) when it is not one
+    of them.
     """
-    outer, lb = _sim.conv_space(soc.native, conv_shape(op))
+    seed = np.zeros(0, np.int64) if seed is None else np.asarray(seed, np.int64)
+    outer, lb = _sim.conv_space(soc.native, conv_shape(op), seed)
     expand = ConvExpander(soc, op)
     return FactoredSpace(list(CONV_FIELDS), outer, expand, lb, expand.count, expand_many=expand.many)
 
