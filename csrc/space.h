@@ -11,6 +11,7 @@
 #include <array>
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <unordered_map>
 #include <vector>
@@ -73,9 +74,27 @@ CubeSplit cube_split(const SoC& s, const CubeProb& p, int64_t uc, int64_t s_m, i
 // Lower bound (µs) of one Cube outer choice in matmul terms (bounds.py `cube_bound`, one row).
 double cube_block_bound(const SoC& s, const CubeProb& p, const CubeSplit& c, int64_t b_m, int64_t b_n,
                         int64_t b_k);
-// The same given the block's iteration counts (per-core extent over block, rounded up).
-double cube_its_bound(const SoC& s, const CubeProb& p, const CubeSplit& c, int64_t b_m, int64_t b_n, int64_t m_it,
-                      int64_t n_it, int64_t k_it);
+// numpy's maximum / minimum (a NaN wins, as there)
+inline double np_max(double a, double b) { return (a >= b || a != a) ? a : b; }
+inline double np_min(double a, double b) { return (a <= b || a != a) ? a : b; }
+// The same given the block's iteration counts (per-core extent over block, rounded up). Inline: a
+// loop over blocks overlaps the divisions of consecutive ones (only the -ffp-contract=off files
+// use it).
+inline double cube_its_bound(const SoC& s, const CubeProb& p, const CubeSplit& c, int64_t b_m, int64_t b_n,
+                             int64_t m_it, int64_t n_it, int64_t k_it) {
+    const double blocks = double(m_it * n_it * k_it);
+    const double cube = c.fractals + s.mmad_overhead_cycles * blocks;
+    const double run_c = p.c_nz ? double(std::min(b_m, c.a_m)) * 32.0 : double(std::min(b_n, c.t_n)) * c.out_e;
+    const double fix = c.fix_pre * (run_c + s.dma_overhead_bytes) / run_c;
+    const double t1 = k_it == 1 ? np_min(c.l0a + c.l0b * double(m_it), c.l0a * double(n_it) + c.l0b)
+                                : c.l0a * double(n_it) + c.l0b * double(m_it);
+    const double scalar = (s.scalar_task_cycles + 2 * s.scalar_chunk_cycles) + s.scalar_iter_cycles * blocks;
+    double busy = np_max(np_max(cube, t1), np_max(fix, scalar));
+    busy = np_max(busy, c.t2_floor);
+    const double task = busy + s.dma_latency_cycles + t1 / blocks + fix / double(m_it * n_it);
+    return s.launch_us + c.waves * task / s.freq_mhz;
+}
+
 // A convolution in matmul terms (bounds.py `conv_bound`: the simulator's img2col) and one core
 // split's terms (fields batchDim, hoDim, nDim, groupDim).
 CubeProb conv_prob(const ConvShape& d);
@@ -109,7 +128,56 @@ inline void add_seed(const SoC& s, const int64_t* seed, int nf, int order_col, i
     bound[0] = bound[1] = s.launch_us;
 }
 
-// Hash of a small fixed-size integer key (a class of outer rows).
+using Table = std::vector<int64_t>;  // a class's stagings, NS values each
+
+// A map from a small integer key to values that never move once added, open addressing over a
+// power-of-two table: an expander's derived classes (key -> stagings) are looked up once per outer
+// row on the expansion's path, and a plan keeps pointers to them.
+template <int N, class V>
+class FlatMap {
+  public:
+    using Key = std::array<int64_t, N>;
+    const V* find(const Key& k) const {
+        if (keys_.empty()) return nullptr;
+        for (size_t i = hash(k) & mask_;; i = (i + 1) & mask_) {
+            const int32_t at = slots_[i];
+            if (at < 0) return nullptr;
+            if (keys_[size_t(at)] == k) return &values_[size_t(at)];
+        }
+    }
+    const V& add(const Key& k, V v) {
+        if (2 * (keys_.size() + 1) > slots_.size()) grow();
+        keys_.push_back(k);
+        values_.push_back(std::move(v));
+        place(k, int32_t(keys_.size() - 1));
+        return values_.back();
+    }
+
+  private:
+    static size_t hash(const Key& k) {
+        uint64_t h = 0x9E3779B97F4A7C15ull;
+        for (int64_t v : k) h = (h ^ uint64_t(v)) * 0xBF58476D1CE4E5B9ull, h ^= h >> 31;
+        return size_t(h);
+    }
+    void place(const Key& k, int32_t at) {
+        size_t i = hash(k) & mask_;
+        while (slots_[i] >= 0) i = (i + 1) & mask_;
+        slots_[i] = at;
+    }
+    void grow() {
+        slots_.assign(std::max<size_t>(64, 2 * slots_.size()), -1);
+        mask_ = slots_.size() - 1;
+        for (size_t i = 0; i < keys_.size(); ++i) place(keys_[i], int32_t(i));
+    }
+    std::vector<Key> keys_;
+    std::deque<V> values_;
+    std::vector<int32_t> slots_;
+    size_t mask_ = 0;
+};
+template <int N>
+using ClassTable = FlatMap<N, Table>;
+
+// Hash of a small fixed-size integer key (the expanders' other caches).
 template <int N>
 struct KeyHash {
     size_t operator()(const std::array<int64_t, N>& k) const {
@@ -119,20 +187,24 @@ struct KeyHash {
     }
 };
 
-using Table = std::vector<int64_t>;  // a class's stagings, NS values each
-
 // The L1 stagings of conv outer rows (inner.py `ConvExpander`), each class's derived once.
 class ConvStagings {
   public:
     using Key = std::array<int64_t, 6>;  // hoL0, rows per core, kL0, nDim (dW) or 0, woL0, nL0
     static constexpr int NS = 5;         // hoL1, kAL1, kBL1, pBufferFlag, iterateMNOrder
-    ConvStagings(const ConvShape& d, int64_t l1) : d_(d), l1_(l1) {}
+    ConvStagings(const ConvShape& d, int64_t l1) : d_(d), l1_(l1) {
+        for (int64_t hd = 1; hd <= 64; ++hd) ho_core_[hd] = py_cdiv(d.out_h, hd);
+    }
     Key key(const int64_t* row) const;
+    void check(const Key& k) const;  // throws std::invalid_argument for a key no outer row has
     // the legal stagings of a class, in the expansion's order
     const Table& stagings(const Key& k);
-    // L1 bytes of stagings (hoL1, kAL1, kBL1, L1 ping-pong of A, of B) of one class, as the
-    // simulator counts them: the A part, the B part and the bias (bounds.py `conv_l1_bytes`)
-    void l1_bytes(const Key& k, const int64_t* st, double& a, double& b, double& bias) const;
+    // L1 bytes of a staging (hoL1, kAL1, kBL1, L1 ping-pong of A, of B) of one class, as the
+    // simulator counts them (bounds.py `conv_l1_bytes`): the A part (it depends on hoL1 and kAL1
+    // only), the B part (hoL1, kBL1) and the bias (kBL1)
+    double l1_a(const Key& k, int64_t ho_l1, int64_t ka, int64_t db_a) const;
+    double l1_b(const Key& k, int64_t ho_l1, int64_t kb, int64_t db_b) const;
+    double l1_bias(const Key& k, int64_t kb) const;
     // the stagings of each of `n` outer rows appended to `plan` (entries stay valid while this
     // object lives); returns how many rows they expand to
     int64_t plan(const int64_t* outer, int64_t n, std::vector<const Table*>& plan);
@@ -143,7 +215,8 @@ class ConvStagings {
     Table derive(const Key& k) const;
     ConvShape d_;
     int64_t l1_;
-    std::unordered_map<Key, Table, KeyHash<6>> classes_;
+    ClassTable<6> classes_;
+    int64_t ho_core_[65];  // rows per core of each hoDim up to 64
 };
 
 // The L1 stagings of matmul outer rows (inner.py `MatmulExpander`), from the staging template
@@ -156,6 +229,7 @@ class MmStagings {
     MmStagings(const MmShape& d, int64_t l1, std::vector<int64_t> tmpl, std::vector<int64_t> up_a,
                std::vector<int64_t> up_b, int impl);
     Key key(const int64_t* row) const;
+    void check(const Key& k) const;  // throws std::invalid_argument for a key no outer row has
     const Table& stagings(const Key& k);
     // The expansion of some outer rows: the first row of each distinct outer shape, its stagings,
     // and how many rows they give with the L2 tilings.
@@ -188,7 +262,7 @@ class MmStagings {
     std::vector<int64_t> t_, up_a_, up_b_;
     int64_t step_max_;
     int impl_;  // -1: every staging; else only matmul implementation class `impl_`
-    std::unordered_map<Key, Table, KeyHash<7>> classes_;
+    ClassTable<7> classes_;
     std::unordered_map<std::array<int64_t, 2>, Resolved, KeyHash<2>> resolved_;
     std::unordered_map<std::array<int64_t, 4>, std::vector<int32_t>, KeyHash<4>> blocks_;
     std::vector<char> fit_;  // scratch of `block`

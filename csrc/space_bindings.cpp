@@ -125,17 +125,33 @@ void bind(py::module_& m) {
         py::arg("mnk"), py::arg("rows"),
         "Implementation class of each matmul strategy: 0 standard, 1 A resident in L1, 2 B resident, 3 split-K.");
     m.def(
-        "matmul_restage",
-        [](const I64& mnk, int64_t ea, int64_t l1, int cls, const I64& rows) {
+        "matmul_class_outer",
+        [](const I64& mnk, int64_t ea, int64_t l1, int cls, const I64& outer) {
             const int64_t* d = vec_of(mnk, 3, "M, N, K");
-            const int64_t n = rows_of(rows, MM_NF, "matmul outer rows");
-            py::array_t<int64_t> out({py::ssize_t(n), py::ssize_t(MM_NF)});
-            std::copy(rows.data(), rows.data() + n * MM_NF, out.mutable_data());
-            for (int64_t i = 0; i < n; ++i) matmul_restage(d, ea, l1, cls, out.mutable_data() + i * MM_NF);
-            return out;
+            const int64_t n = rows_of(outer, MM_NF, "matmul outer rows");
+            const int64_t* in = outer.data();
+            py::array_t<bool> mask(n);
+            int64_t kept = 0, r[MM_NF];
+            for (int64_t i = 0; i < n; ++i) {  // restaged, the row's class decides
+                std::copy(in + i * MM_NF, in + (i + 1) * MM_NF, r);
+                matmul_restage(d, ea, l1, cls, r);
+                const bool in_class = matmul_impl_class(d, r) == cls;
+                mask.mutable_data()[i] = in_class;
+                kept += in_class;
+            }
+            py::array_t<int64_t> rows({py::ssize_t(kept), py::ssize_t(MM_NF)});
+            int64_t* w = rows.mutable_data();
+            for (int64_t i = 0; i < n; ++i)
+                if (mask.data()[i]) {
+                    std::copy(in + i * MM_NF, in + (i + 1) * MM_NF, w);
+                    matmul_restage(d, ea, l1, cls, w);
+                    w += MM_NF;
+                }
+            return py::make_tuple(rows, mask);
         },
-        py::arg("mnk"), py::arg("ea"), py::arg("l1"), py::arg("cls"), py::arg("rows"),
-        "Copies of matmul outer rows with their default staging moved into implementation class 1 or 2.");
+        py::arg("mnk"), py::arg("ea"), py::arg("l1"), py::arg("cls"), py::arg("outer"),
+        "(the matmul outer rows of implementation class `cls` once their default staging is moved into it, "
+        "which rows they are)");
 
     py::class_<ConvStagings>(m, "ConvStagings",
                              "Every legal, undominated L1 staging of conv outer rows (each class derived once).")
@@ -201,6 +217,7 @@ void bind(py::module_& m) {
         .def(
             "stagings",
             [](ConvStagings& self, const ConvStagings::Key& key) {
+                self.check(key);
                 std::vector<int64_t> v = self.stagings(key);
                 const auto k = py::ssize_t(v.size() / ConvStagings::NS);
                 return give(std::move(v), {k, ConvStagings::NS});
@@ -209,12 +226,13 @@ void bind(py::module_& m) {
         .def(
             "l1_bytes",
             [](const ConvStagings& self, const ConvStagings::Key& key, const I64& st) {
+                self.check(key);
                 const int64_t n = rows_of(st, 5, "stagings");
                 std::vector<double> out(static_cast<size_t>(n));
                 for (int64_t i = 0; i < n; ++i) {
-                    double a, b, bias;
-                    self.l1_bytes(key, st.data() + 5 * i, a, b, bias);
-                    out[size_t(i)] = a + b + bias;
+                    const int64_t* r = st.data() + 5 * i;
+                    out[size_t(i)] = self.l1_a(key, r[0], r[1], r[3]) + self.l1_b(key, r[0], r[2], r[4]) +
+                                     self.l1_bias(key, r[2]);
                 }
                 return give(std::move(out), {py::ssize_t(n)});
             },
@@ -281,6 +299,7 @@ void bind(py::module_& m) {
         .def(
             "stagings",
             [](MmStagings& self, const MmStagings::Key& key) {
+                self.check(key);
                 std::vector<int64_t> v = self.stagings(key);
                 const auto k = py::ssize_t(v.size() / MmStagings::NS);
                 return give(std::move(v), {k, MmStagings::NS});

@@ -9,14 +9,6 @@
 namespace aoesim {
 namespace space {
 
-namespace {
-
-// numpy's maximum / minimum (a NaN wins, as there)
-inline double np_max(double a, double b) { return (a >= b || a != a) ? a : b; }
-inline double np_min(double a, double b) { return (a <= b || a != a) ? a : b; }
-
-}  // namespace
-
 CubeSplit cube_split(const SoC& s, const CubeProb& p, int64_t uc, int64_t s_m, int64_t s_n, int64_t s_k) {
     const int64_t m = p.M, n = p.N, k = p.K, ea = p.ea;
     const int64_t batch = std::max(p.batch_a, p.batch_b);
@@ -62,21 +54,6 @@ CubeSplit cube_split(const SoC& s, const CubeProb& p, int64_t uc, int64_t s_m, i
 double cube_block_bound(const SoC& s, const CubeProb& p, const CubeSplit& c, int64_t b_m, int64_t b_n,
                         int64_t b_k) {
     return cube_its_bound(s, p, c, b_m, b_n, py_cdiv(c.t_m, b_m), py_cdiv(c.t_n, b_n), py_cdiv(c.t_k, b_k));
-}
-
-double cube_its_bound(const SoC& s, const CubeProb& p, const CubeSplit& c, int64_t b_m, int64_t b_n, int64_t m_it,
-                      int64_t n_it, int64_t k_it) {
-    const double blocks = double(m_it * n_it * k_it);
-    const double cube = c.fractals + s.mmad_overhead_cycles * blocks;
-    const double run_c = p.c_nz ? double(std::min(b_m, c.a_m)) * 32.0 : double(std::min(b_n, c.t_n)) * c.out_e;
-    const double fix = c.fix_pre * (run_c + s.dma_overhead_bytes) / run_c;
-    const double t1 = k_it == 1 ? np_min(c.l0a + c.l0b * double(m_it), c.l0a * double(n_it) + c.l0b)
-                                : c.l0a * double(n_it) + c.l0b * double(m_it);
-    const double scalar = (s.scalar_task_cycles + 2 * s.scalar_chunk_cycles) + s.scalar_iter_cycles * blocks;
-    double busy = np_max(np_max(cube, t1), np_max(fix, scalar));
-    busy = np_max(busy, c.t2_floor);
-    const double task = busy + s.dma_latency_cycles + t1 / blocks + fix / double(m_it * n_it);
-    return s.launch_us + c.waves * task / s.freq_mhz;
 }
 
 CubeProb conv_prob(const ConvShape& d) {

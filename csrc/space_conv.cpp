@@ -220,48 +220,61 @@ void conv_outer(const SoC& s, const ConvShape& d, const int64_t* seed, const Out
     if (seed && !seed_found) add_seed(s, seed, CONV_NF, 13, w, wb);
 }
 
+void ConvStagings::check(const Key& k) const {
+    if (std::min({k[0], k[1], k[2], k[4], k[5]}) < 1 || k[3] < (d_.filt() ? 1 : 0))
+        throw std::invalid_argument("a conv class key has positive L0 blocks and rows (and channel split, dW)");
+}
+
 ConvStagings::Key ConvStagings::key(const int64_t* row) const {
     if (std::min({row[1], row[2], row[8], row[9], row[10], row[11]}) < 1)
         throw std::invalid_argument("conv outer rows need positive splits and L0 blocks");
-    return {row[8], py_cdiv(d_.out_h, row[1]), row[10], d_.filt() ? row[2] : 0, row[9], row[11]};
+    const int64_t hd = row[1];
+    return {row[8], hd <= 64 ? ho_core_[hd] : py_cdiv(d_.out_h, hd), row[10], d_.filt() ? row[2] : 0, row[9], row[11]};
 }
 
-void ConvStagings::l1_bytes(const Key& k, const int64_t* st, double& a, double& b, double& bias) const {
+double ConvStagings::l1_a(const Key& k, int64_t ho_l1, int64_t ka, int64_t db_a) const {
     const ConvShape& d = d_;
-    const int64_t ho_l0 = k[0], k_l0 = k[2], wo_l0 = k[4], n_l0 = k[5];
-    const int64_t ho_l1 = st[0], ka = st[1], kb = st[2], db_a = st[3], db_b = st[4];
-    const int64_t pix_l0 = ho_l0 * wo_l0, ea = d.ea, c0 = d.c0;
+    const int64_t ho_l0 = k[0], k_l0 = k[2], wo_l0 = k[4], pix_l0 = ho_l0 * wo_l0;
     if (d.filt()) {
         const int64_t pix_steps = py_fdiv(ho_l1, ho_l0) * py_fdiv(d.wo, wo_l0);
-        const int64_t step_n = py_cdiv(kb, n_l0);
-        const double rows = double(std::min((ho_l1 - 1) * d.sh + d.ekh, d.h));
-        const double cols = double(std::min((d.wo - 1) * d.sw + d.ekw, d.w));
-        const double patch = rows * cols * double(std::min(py_fdiv(kb, d.khw), py_align(d.cin_g, c0))) * double(ea);
-        const double scale = patch / double(py_align(ho_l1 * d.wo, c0) * kb * ea);
-        const int64_t bk = py_align(pix_l0, c0);
-        a = double(py_fdiv(ka, k_l0) * pix_steps * (1 + db_a) * k_l0 * bk * ea);
-        b = double(step_n * pix_steps * (1 + db_b) * n_l0 * bk * ea) * scale;
-        bias = d.bias ? double(step_n * n_l0) * 4.0 : 0.0;
-        return;
+        return double(py_fdiv(ka, k_l0) * pix_steps * (1 + db_a) * k_l0 * py_align(pix_l0, d.c0) * d.ea);
     }
+    // the feature map: the patch its pixels read (dx: rows of the zero-inserted dy, 1/stride real)
     const bool dx = d.dx();
     const int64_t out_w = dx ? d.w : d.wo;
     const int64_t in_c = dx ? d.co_g : d.cin_g, in_h = dx ? d.ho : d.h, in_w = dx ? d.wo : d.w;
     const int64_t step_h = dx ? 1 : d.sh, step_w = dx ? 1 : d.sw;
     double rows = double((ho_l1 - 1) * step_h + d.ekh);
     double cols = double((out_w - 1) * step_w + d.ekw);
-    if (dx) {  // rows of the zero-inserted dy, of which 1/stride are real
+    if (dx) {
         rows = std::ceil(rows / double(d.sh));
         cols = double(py_cdiv((out_w - 1) * step_w + d.ekw, d.sw));
     }
-    rows = (rows <= double(in_h) || rows != rows) ? rows : double(in_h);
-    cols = double(in_w) < cols ? double(in_w) : cols;
-    const double patch = rows * cols * double(std::min(py_fdiv(ka, d.khw), py_align(in_c, c0))) * double(ea);
-    const double scale = patch / double(py_align(ho_l1 * out_w, 16) * ka * ea);
+    rows = np_min(rows, double(in_h));
+    cols = double(in_w) < cols ? double(in_w) : cols;  // Python's min(cols, in_w)
+    const double patch = rows * cols * double(std::min(py_fdiv(ka, d.khw), py_align(in_c, d.c0))) * double(d.ea);
+    const double scale = patch / double(py_align(ho_l1 * out_w, 16) * ka * d.ea);
     const int64_t step_m = py_fdiv(ho_l1, ho_l0) * py_fdiv(out_w, wo_l0);
-    a = double(step_m * py_fdiv(ka, k_l0) * (1 + db_a) * py_align(pix_l0, 16) * k_l0 * ea) * scale;
-    b = double(py_fdiv(kb, k_l0) * (1 + db_b) * n_l0 * k_l0 * ea);
-    bias = d.bias ? double(n_l0) * 4.0 * 1.0 : 0.0;
+    return double(step_m * py_fdiv(ka, k_l0) * (1 + db_a) * py_align(pix_l0, 16) * k_l0 * d.ea) * scale;
+}
+
+double ConvStagings::l1_b(const Key& k, int64_t ho_l1, int64_t kb, int64_t db_b) const {
+    const ConvShape& d = d_;
+    const int64_t ho_l0 = k[0], k_l0 = k[2], wo_l0 = k[4], n_l0 = k[5];
+    if (!d.filt()) return double(py_fdiv(kb, k_l0) * (1 + db_b) * n_l0 * k_l0 * d.ea);
+    // dW: the feature map is B, read as the patch of its pixels' rows
+    const int64_t pix_steps = py_fdiv(ho_l1, ho_l0) * py_fdiv(d.wo, wo_l0);
+    const int64_t step_n = py_cdiv(kb, n_l0);
+    const double rows = double(std::min((ho_l1 - 1) * d.sh + d.ekh, d.h));
+    const double cols = double(std::min((d.wo - 1) * d.sw + d.ekw, d.w));
+    const double patch = rows * cols * double(std::min(py_fdiv(kb, d.khw), py_align(d.cin_g, d.c0))) * double(d.ea);
+    const double scale = patch / double(py_align(ho_l1 * d.wo, d.c0) * kb * d.ea);
+    return double(step_n * pix_steps * (1 + db_b) * n_l0 * py_align(ho_l0 * wo_l0, d.c0) * d.ea) * scale;
+}
+
+double ConvStagings::l1_bias(const Key& k, int64_t kb) const {
+    if (!d_.bias) return 0.0;
+    return d_.filt() ? double(py_cdiv(kb, k[5]) * k[5]) * 4.0 : double(k[5]) * 4.0 * 1.0;
 }
 
 namespace {
@@ -312,34 +325,38 @@ Table ConvStagings::derive(const Key& k) const {
         kb = ka;
     }
     // the L1 check of the four ping-pong combinations (bytes are linear in each operand's depth);
-    // without ping-pong of an operand only where the same staging with it does not fit
+    // without ping-pong of an operand only where the same staging with it does not fit. A's bytes
+    // depend on (hoL1, kAL1), B's on (hoL1, kBL1): each found once
     Table out;
     out.reserve(size_t(hm.n * ka.n * kb.n * 2 * NS));
-    for (int64_t m : hm)
-        for (int64_t a_k : ka)
-            for (int64_t b_k : kb) {
+    double a1[8], b1[8], rest[8];
+    for (int j = 0; j < kb.n; ++j) rest[j] = l1_bias(k, kb.v[j]);
+    for (int64_t m : hm) {
+        const int64_t ho_l1 = ho_l0 * m;
+        for (int i = 0; i < ka.n; ++i) a1[i] = l1_a(k, ho_l1, ka.v[i], 0);
+        for (int j = 0; j < kb.n; ++j) b1[j] = l1_b(k, ho_l1, kb.v[j], 0);
+        for (int i = 0; i < ka.n; ++i)
+            for (int j = 0; j < kb.n; ++j) {
+                const int64_t a_k = ka.v[i], b_k = kb.v[j];
                 if (!d.filt() && a_k % b_k != 0 && b_k % a_k != 0) continue;
-                const int64_t st[5] = {ho_l0 * m, a_k, b_k, 0, 0};
-                double a1, b1, rest;
-                l1_bytes(k, st, a1, b1, rest);
                 bool f[2][2];
                 for (int da = 0; da < 2; ++da)
                     for (int db = 0; db < 2; ++db)
-                        f[da][db] = double(1 + da) * a1 + double(1 + db) * b1 + rest <= double(l1_);
+                        f[da][db] = double(1 + da) * a1[i] + double(1 + db) * b1[j] + rest[j] <= double(l1_);
                 const bool keep[4] = {f[0][0] && !(f[0][1] || f[1][0]), f[0][1] && !f[1][1], f[1][0] && !f[1][1],
                                       f[1][1]};
                 static const int64_t pb[4] = {28, 30, 29, 31};  // none, B, A, both
                 for (int v = 0; v < 4; ++v)
                     if (keep[v])
-                        for (int64_t ord = 0; ord < 2; ++ord) out.insert(out.end(), {st[0], a_k, b_k, pb[v], ord});
+                        for (int64_t ord = 0; ord < 2; ++ord) out.insert(out.end(), {ho_l1, a_k, b_k, pb[v], ord});
             }
+    }
     return out;
 }
 
 const Table& ConvStagings::stagings(const Key& k) {
-    auto it = classes_.find(k);
-    if (it == classes_.end()) it = classes_.emplace(k, derive(k)).first;
-    return it->second;
+    const Table* t = classes_.find(k);
+    return t ? *t : classes_.add(k, derive(k));
 }
 
 int64_t ConvStagings::plan(const int64_t* outer, int64_t n, std::vector<const Table*>& plan) {

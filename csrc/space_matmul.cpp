@@ -61,14 +61,24 @@ void matmul_outer(const SoC& s, const MmShape& d, const int64_t* seed, const Out
         for (int64_t bn : bns) {
             if (bm * bn * 4 > s.l0c) continue;
             const int64_t m_blk = py_cdiv(m, bm), n_blk = py_cdiv(n, bn);
-            // distinct per-core blocks of the core splits, sorted; splits that leave more than half
-            // of the usable cores idle are dominated
-            std::set<std::pair<int64_t, int64_t>> uniq;
-            for (int64_t md = 1; md <= std::min(cores, m_blk); ++md)
-                for (int64_t nd = 1; nd <= std::min(cores, n_blk); ++nd)
-                    if (md * nd <= cores)
-                        uniq.emplace(std::min(py_cdiv(m_blk, md) * bm, m16), std::min(py_cdiv(n_blk, nd) * bn, n16));
-            std::vector<std::pair<int64_t, int64_t>> pairs(uniq.begin(), uniq.end());
+            // distinct per-core blocks of the core splits (md x nd cores, md * nd <= cores), sorted;
+            // splits that leave more than half of the usable cores idle are dominated. A per-core
+            // block shrinks as its split grows, so each distinct one has a least split, and a pair
+            // of blocks is some split's exactly when the product of their least splits fits
+            auto least = [&](int64_t blk, int64_t b, int64_t whole) {
+                std::vector<std::pair<int64_t, int64_t>> v;  // (per-core block, least split), ascending
+                for (int64_t parts = 1; parts <= std::min(cores, blk); ++parts) {
+                    const int64_t size = std::min(py_cdiv(blk, parts) * b, whole);
+                    if (v.empty() || v.back().first != size) v.emplace_back(size, parts);
+                }
+                std::reverse(v.begin(), v.end());
+                return v;
+            };
+            const auto ms = least(m_blk, bm, m16), ns = least(n_blk, bn, n16);
+            std::vector<std::pair<int64_t, int64_t>> pairs;
+            for (const auto& [s_m, md] : ms)
+                for (const auto& [s_n, nd] : ns)
+                    if (md * nd <= cores) pairs.emplace_back(s_m, s_n);
             int64_t most = 0;
             std::vector<int64_t> out_tasks(pairs.size());
             for (size_t i = 0; i < pairs.size(); ++i) {
@@ -101,19 +111,17 @@ void matmul_outer(const SoC& s, const MmShape& d, const int64_t* seed, const Out
     alloc(2 * n_out + (seed && !seed_found ? 2 : 0), rows, bound);
     const CubeProb prob = matmul_prob(d);
     // the bound's terms of a per-core block (uc follows from it): shared by every base block
-    std::unordered_map<std::array<int64_t, 3>, CubeSplit, KeyHash<3>> splits;
+    FlatMap<3, CubeSplit> splits;
     for (int64_t i = 0; i < n_out; ++i) {
         int64_t* r = rows + 2 * i * MM_NF;
         const int64_t* o = &picks[size_t(7 * i)];
         std::fill(r, r + MM_NF, 0);
         std::copy(o, o + 7, r);  // usedCoreNum, singleCoreM/N/K, baseM/N/K
         default_inner(s, d, r);
-        auto it = splits.find({o[1], o[2], o[3]});
-        if (it == splits.end())
-            it = splits.emplace(std::array<int64_t, 3>{o[1], o[2], o[3]}, cube_split(s, prob, o[0], o[1], o[2], o[3]))
-                     .first;
-        bound[2 * i] = bound[2 * i + 1] = cube_block_bound(s, prob, it->second, o[4], o[5], o[6]);  // both orders
-        std::copy(r, r + MM_NF, r + MM_NF);
+        const CubeSplit* c = splits.find({o[1], o[2], o[3]});
+        if (!c) c = &splits.add({o[1], o[2], o[3]}, cube_split(s, prob, o[0], o[1], o[2], o[3]));
+        bound[2 * i] = bound[2 * i + 1] = cube_block_bound(s, prob, *c, o[4], o[5], o[6]);  // both orders
+        for (int f = 0; f < MM_NF; ++f) r[MM_NF + f] = r[f];
         r[F_ORD] = 0;
         r[MM_NF + F_ORD] = 1;
     }
@@ -171,6 +179,11 @@ MmStagings::MmStagings(const MmShape& d, int64_t l1, std::vector<int64_t> tmpl, 
             throw std::invalid_argument("a staging template row is out of its domain");
         step_max_ = std::max({step_max_, t_[i * NS + 2], t_[i * NS + 3]});
     }
+}
+
+void MmStagings::check(const Key& k) const {
+    if (std::min({k[0], k[1], k[2], k[3], k[4], k[5]}) < 1 || k[6] < 0 || k[6] > 1)
+        throw std::invalid_argument("a matmul class key has positive blocks and iteration counts, and a split-K flag");
 }
 
 MmStagings::Key MmStagings::key(const int64_t* row) const {
@@ -256,9 +269,8 @@ Table MmStagings::derive(const Key& key) {
 }
 
 const Table& MmStagings::stagings(const Key& k) {
-    auto it = classes_.find(k);
-    if (it == classes_.end()) it = classes_.emplace(k, derive(k)).first;
-    return it->second;
+    const Table* t = classes_.find(k);
+    return t ? *t : classes_.add(k, derive(k));
 }
 
 int64_t MmStagings::l2_variants(int64_t mb, int64_t nb) const {

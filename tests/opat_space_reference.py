@@ -15,8 +15,8 @@ import numpy as np
 
 from aoe.opat.bounds import _al, _cdiv, _formats, conv_dims
 from aoe.opat.stagings import MM_INNER, UP_A, UP_B
-from aoe.sim import Conv2D, MatMul
-from aoe.sim.heuristics import CONV_FIELDS, MM_FIELDS
+from aoe.sim import Conv2D, MatMul, VectorOp
+from aoe.sim.heuristics import CONV_FIELDS, MM_FIELDS, VEC_FIELDS
 from aoe.sim.ops import DTYPE_BYTES
 from aoe.soc import Soc
 
@@ -27,6 +27,19 @@ MM_OUTER = [_F[f] for f in ("usedCoreNum", "singleCoreM", "singleCoreN", "single
 STEP_MAX = int(MM_INNER[:, 2:4].max())
 
 
+
+
+# --- vector spaces (aoe/opat/space.py) ---
+
+def vector_space(soc: Soc, op: VectorOp) -> np.ndarray:
+    """The vector tiling space: core counts, UB tile sizes, double buffering, implementations."""
+    ea = DTYPE_BYTES[op.dtype]
+    align = 32 // ea
+    cap = (soc.ub - soc.ub_reserved) // ea
+    cores = sorted({c for c in (1, 2, 4, 8, 16, 24, 32, 40, 48, 64, soc.vector_cores) if c <= soc.vector_cores})
+    tiles = sorted({max(align, (cap >> s) // align * align) for s in range(1, 14)})
+    rows = [list(r) for r in itertools.product(cores, tiles, (0, 1), range(op.impls))]
+    return np.array(rows, dtype=np.int64).reshape(-1, len(VEC_FIELDS))
 
 
 # --- bounds (aoe/opat/bounds.py) ---

@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from aoe import AoeError, _sim, sim
-from aoe.opat.inner import (ConvExpander, MatmulExpander, conv_shape, matmul_impl_class, matmul_restage,
+from aoe.opat.inner import (ConvExpander, MatmulExpander, conv_shape, matmul_class_outer, matmul_impl_class,
                              matmul_shape)
-from aoe.opat.space import conv_space, matmul_space
+from aoe.opat.space import conv_space, matmul_space, vector_space
 from aoe.sim.heuristics import CONV_FIELDS, MM_FIELDS
 from aoe.soc import load_soc
 
@@ -115,7 +115,10 @@ def _check_matmul(soc, op, rng) -> None:
     full = r_exp(pick)
     assert np.array_equal(matmul_impl_class(op, full), ref.matmul_impl_class(op, full))
     for cls in range(4):
-        assert np.array_equal(matmul_restage(soc, op, cls, r_outer), ref._mm_restage(op, soc, cls, r_outer))
+        restaged = ref._mm_restage(op, soc, cls, r_outer)
+        mask = ref.matmul_impl_class(op, restaged) == cls
+        rows, got_mask = matmul_class_outer(soc, op, cls, r_outer)
+        assert np.array_equal(got_mask, mask) and np.array_equal(rows, restaged[mask])
     groups = [pick[:9], pick[9:10], pick[10:10], pick[10:]]
     for impl in (None, 0, 1, 2, 3):
         ours, theirs = (exp, r_exp) if impl is None else (exp.only(impl), r_exp.only(impl))
@@ -177,6 +180,14 @@ def test_random_conv_spaces_are_the_numpy_ones(op, soc, seed):
 @given(op=matmul_ops(), soc=st.sampled_from(sorted(SOCS)), seed=st.integers(0, 1000))
 def test_random_matmul_spaces_are_the_numpy_ones(op, soc, seed):
     _check_matmul(SOCS[soc], op, np.random.default_rng(seed))
+
+
+@pytest.mark.parametrize("soc", sorted(SOCS))
+def test_vector_spaces_are_the_numpy_ones(soc):
+    for op in (sim.VectorOp("Relu", (64, 4096)), sim.VectorOp("SoftmaxV2", (64, 1000), dtype="float32"),
+               sim.VectorOp("LayerNorm", (32, 128, 768)), sim.VectorOp("Add", (3,), dtype="int8")):
+        got, want = vector_space(SOCS[soc], op), ref.vector_space(SOCS[soc], op)
+        assert got.dtype == want.dtype == np.int64 and np.array_equal(got, want)
 
 
 def test_conv_splits_are_the_numpy_ones():

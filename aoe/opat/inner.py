@@ -55,13 +55,13 @@ def matmul_impl_class(op: MatMul, rows: np.ndarray) -> np.ndarray:
     return _sim.matmul_impl_class(np.array([op.m, op.n, op.k], np.int64), rows)
 
 
-def matmul_restage(soc: Soc, op: MatMul, cls: int, outer: np.ndarray) -> np.ndarray:
-    """Outer rows with their default staging moved into implementation class `cls` (1 and 2: the
-    resident operand's whole block and K panel in L1, the other streamed one block and one K step
-    at a time, L1 ping-pong of both where it fits; other classes: the rows as they are)."""
-    if cls not in (1, 2):
-        return outer
-    return _sim.matmul_restage(np.array([op.m, op.n, op.k], np.int64), DTYPE_BYTES[op.dtype], soc.l1, cls, outer)
+def matmul_class_outer(soc: Soc, op: MatMul, cls: int, outer: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The outer rows of implementation class `cls` and which rows of `outer` they are, each with its
+    default staging first moved into the class where it can be (1 and 2: the resident operand's
+    whole block and K panel in L1, the other streamed one block and one K step at a time, L1
+    ping-pong of both where it fits; other classes: as it is), so the outer phase of a search prices
+    a member of the class."""
+    return _sim.matmul_class_outer(np.array([op.m, op.n, op.k], np.int64), DTYPE_BYTES[op.dtype], soc.l1, cls, outer)
 
 
 class MatmulExpander:

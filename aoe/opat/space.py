@@ -11,7 +11,6 @@ before anything is evaluated; whatever slips through is rejected by the simulato
 """
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -33,8 +32,10 @@ def vector_space(soc: Soc, op: VectorOp) -> np.ndarray:
     cap = (soc.ub - soc.ub_reserved) // ea
     cores = sorted({c for c in (1, 2, 4, 8, 16, 24, 32, 40, 48, 64, soc.vector_cores) if c <= soc.vector_cores})
     tiles = sorted({max(align, (cap >> s) // align * align) for s in range(1, 14)})
-    rows = [list(r) for r in itertools.product(cores, tiles, (0, 1), range(op.impls))]
-    return np.array(rows, dtype=np.int64).reshape(-1, len(VEC_FIELDS))
+    # every combination, the first field varying slowest (itertools.product's order)
+    grid = np.meshgrid(np.array(cores, np.int64), np.array(tiles, np.int64), np.array([0, 1], np.int64),
+                       np.arange(op.impls, dtype=np.int64), indexing="ij")
+    return np.stack([g.ravel() for g in grid], axis=1)
 
 
 @dataclass

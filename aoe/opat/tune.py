@@ -33,7 +33,7 @@ from ..ops import BOTH, HIGH_PERFORMANCE, IMPL_MODES, PERF_ONLY, OpCase, Variant
 from ..sim import Conv2D, MatMul, SimOp, VectorOp, default_strategy, simulate, strategy_fields
 from ..sim.heuristics import MM_FIELDS, default_vector
 from ..soc import Soc, load_soc
-from .inner import matmul_impl_class, matmul_restage
+from .inner import matmul_class_outer, matmul_impl_class
 from .search import Budget, Measure, SearchResult, as_measure, search, simulator_measure
 from .space import FactoredSpace, space_for
 
@@ -49,16 +49,22 @@ MATMUL_IMPL_MODES = {0: BOTH, 1: BOTH, 2: BOTH, 3: PERF_ONLY}
 
 
 def _restricted(space: FactoredSpace, keep: Callable[[np.ndarray], np.ndarray],
-                restage: Callable[[np.ndarray], np.ndarray] | None = None, members: Any = None) -> FactoredSpace:
+                select: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None,
+                members: Any = None) -> FactoredSpace:
     """The same space with only the rows `keep` accepts.
 
-    `restage` first moves each outer row's default staging into the class where it can (e.g. a
-    whole K panel in L1 for the resident classes), so the outer phase of a search prices a member.
+    `select(outer)` gives the outer rows of the restricted space and which rows of `outer` they
+    are; by default those `keep` accepts, as they are (a matmul implementation class first moves
+    each outer row's default staging into the class where it can, e.g. a whole K panel in L1 for
+    the resident classes, so the outer phase of a search prices a member).
     `members`: an expander that yields only the rows `keep` accepts (`space.expand_impl(cls)`), so
     no row is built only to be filtered out.
     """
-    outer = restage(space.outer) if restage is not None else space.outer
-    mask = keep(outer)
+    if select is None:
+        mask = keep(space.outer)
+        outer = space.outer[mask]
+    else:
+        outer, mask = select(space.outer)
     lb = space.lower_bound[mask] if space.lower_bound is not None else None
     seeds = space.seeds[keep(space.seeds)] if space.seeds is not None and len(space.seeds) else None
 
@@ -74,7 +80,7 @@ def _restricted(space: FactoredSpace, keep: Callable[[np.ndarray], np.ndarray],
     expand, expand_many = (members, members.many) if members is not None else \
         (lambda o: _filter(space.expand(o), keep), many)
     # a restricted space is at most as large as the full one (exact size would need filtering)
-    return FactoredSpace(space.fields, outer[mask], expand, lb, upper_size=space.upper_size,
+    return FactoredSpace(space.fields, outer, expand, lb, upper_size=space.upper_size,
                          seeds=seeds if seeds is not None and len(seeds) else None, parent=space,
                          expand_many=expand_many, row_bound=space.row_bound)
 
@@ -318,7 +324,7 @@ def _class_space(soc: Soc, op: SimOp, cls: int | None, space: FactoredSpace) -> 
         return space
     if isinstance(op, MatMul):
         return _restricted(space, lambda rows: matmul_impl_class(op, rows) == cls,
-                           lambda outer: matmul_restage(soc, op, cls, outer),
+                           lambda outer: matmul_class_outer(soc, op, cls, outer),
                            space.expand_impl(cls) if space.expand_impl is not None else None)
     if isinstance(op, VectorOp):
         return _restricted(space, lambda rows: rows[:, 3] == cls)
