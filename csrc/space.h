@@ -13,7 +13,6 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <unordered_map>
 #include <vector>
 
 #include "sim.h"
@@ -177,16 +176,6 @@ class FlatMap {
 template <int N>
 using ClassTable = FlatMap<N, Table>;
 
-// Hash of a small fixed-size integer key (the expanders' other caches).
-template <int N>
-struct KeyHash {
-    size_t operator()(const std::array<int64_t, N>& k) const {
-        uint64_t h = 1469598103934665603ull;
-        for (int64_t v : k) h = (h ^ uint64_t(v)) * 1099511628211ull + (h >> 29);
-        return size_t(h);
-    }
-};
-
 // The L1 stagings of conv outer rows (inner.py `ConvExpander`), each class's derived once.
 class ConvStagings {
   public:
@@ -212,10 +201,33 @@ class ConvStagings {
     static void write(const int64_t* outer, int64_t n, const Table* const* plan, int64_t* out);
 
   private:
-    Table derive(const Key& k) const;
+    // A few distinct values, sorted (a class's candidate multiples and chunks: at most 8 each).
+    struct Few {
+        int64_t v[8];
+        int n = 0;
+        void add(int64_t x) {
+            int i = n;
+            for (int j = 0; j < n; ++j)
+                if (v[j] == x) return;
+            while (i > 0 && v[i - 1] > x) v[i] = v[i - 1], --i;
+            v[i] = x;
+            ++n;
+        }
+        const int64_t* begin() const { return v; }
+        const int64_t* end() const { return v + n; }
+    };
+    // A class's candidates (hoL1 multiples, A's and B's K chunks) and A's L1 bytes of each (hoL1
+    // multiple, A chunk): shared by the classes that differ in nL0 only
+    struct APart {
+        Few hm, ka, kb;
+        double a1[8][8];
+    };
+    const APart& a_part(const Key& k);
+    Table derive(const Key& k);
     ConvShape d_;
     int64_t l1_;
     ClassTable<6> classes_;
+    FlatMap<5, APart> a_parts_;
     int64_t ho_core_[65];  // rows per core of each hoDim up to 64
 };
 
@@ -252,7 +264,11 @@ class MmStagings {
     // each row's K steps
     struct Resolved {
         std::vector<int32_t> legal;
-        std::vector<int64_t> ska, skb;
+        std::vector<int64_t> ska, skb;  // per template row
+        // per legal row: L1 depths in blocks, N step, and the legal position of its ping-pong
+        // upgrade of A (of B), or -1 (already on, or not legal)
+        std::vector<int64_t> da, db, step_n;
+        std::vector<int32_t> up_a, up_b;
     };
     const Resolved& resolve(int64_t bk, int64_t k_iter);
     const std::vector<int32_t>& block(int64_t bm, int64_t bn, int64_t bk, int64_t k_iter);
@@ -263,9 +279,9 @@ class MmStagings {
     int64_t step_max_;
     int impl_;  // -1: every staging; else only matmul implementation class `impl_`
     ClassTable<7> classes_;
-    std::unordered_map<std::array<int64_t, 2>, Resolved, KeyHash<2>> resolved_;
-    std::unordered_map<std::array<int64_t, 4>, std::vector<int32_t>, KeyHash<4>> blocks_;
-    std::vector<char> fit_;  // scratch of `block`
+    FlatMap<2, Resolved> resolved_;
+    FlatMap<4, std::vector<int32_t>> blocks_;
+    std::vector<char> fit_;  // scratch of `block`, per legal row
 };
 
 // A matmul strategy's implementation class (inner.py `matmul_impl_class`): 0 standard, 1 A resident

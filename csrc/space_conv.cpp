@@ -277,72 +277,65 @@ double ConvStagings::l1_bias(const Key& k, int64_t kb) const {
     return d_.filt() ? double(py_cdiv(kb, k[5]) * k[5]) * 4.0 : double(k[5]) * 4.0 * 1.0;
 }
 
-namespace {
-
-// A few distinct values, sorted (a class's candidate multiples and chunks: at most 8 each).
-struct Few {
-    int64_t v[8];
-    int n = 0;
-    void add(int64_t x) {
-        int i = n;
-        for (int j = 0; j < n; ++j)
-            if (v[j] == x) return;
-        while (i > 0 && v[i - 1] > x) v[i] = v[i - 1], --i;
-        v[i] = x;
-        ++n;
-    }
-    const int64_t* begin() const { return v; }
-    const int64_t* end() const { return v + n; }
-};
-
-}  // namespace
-
-Table ConvStagings::derive(const Key& k) const {
+const ConvStagings::APart& ConvStagings::a_part(const Key& k) {
     // candidates (inner.py `ConvExpander._candidates`): hoL1 multiples of hoL0, K chunks in whole
-    // kernel windows (A's and B's, one dividing the other; dW: Cout and channel chunks)
+    // kernel windows (A's and B's, one dividing the other; dW: Cout and channel chunks); and A's
+    // L1 bytes, which depend on neither nL0 nor (but for the candidates) the channel split
+    const std::array<int64_t, 5> ak{k[0], k[1], k[2], k[3], k[4]};
+    if (const APart* got = a_parts_.find(ak)) return *got;
     const ConvShape& d = d_;
     const int64_t ho_l0 = k[0], ho_core = k[1], k_l0 = k[2], n_dim = k[3];
     const int64_t rows_core = std::max(ho_core, ho_l0);
-    Few hm, ka, kb;
-    hm.add(py_fdiv(rows_core, ho_l0));
+    APart p;
+    p.hm.add(py_fdiv(rows_core, ho_l0));
     for (int64_t m : {1, 2, 4, 8, 16})
-        if (ho_l0 * m <= rows_core) hm.add(m);
+        if (ho_l0 * m <= rows_core) p.hm.add(m);
     if (d.filt()) {
         for (int64_t m : {1, 2, 4})
-            if (k_l0 * m <= d.co16) ka.add(k_l0 * m);
-        if (d.co16 % k_l0 == 0) ka.add(d.co16);
+            if (k_l0 * m <= d.co16) p.ka.add(k_l0 * m);
+        if (d.co16 % k_l0 == 0) p.ka.add(d.co16);
         const int64_t c1 = py_cdiv(d.c1_total, n_dim);
         for (int64_t m : {1, 2, 4})
-            if (m <= c1) kb.add(d.win * m);
-        kb.add(d.win * c1);
+            if (m <= c1) p.kb.add(d.win * m);
+        p.kb.add(d.win * c1);
     } else {
         Few all;
         all.add(d.k_whole);
         for (int64_t m : {1, 2, 4, 8})
             if (d.win * m <= d.k_whole) all.add(d.win * m);
         for (int64_t v : all)
-            if (v % k_l0 == 0) ka.add(v);
-        kb = ka;
+            if (v % k_l0 == 0) p.ka.add(v);
+        p.kb = p.ka;
     }
+    for (int h = 0; h < p.hm.n; ++h)
+        for (int i = 0; i < p.ka.n; ++i) p.a1[h][i] = l1_a(k, ho_l0 * p.hm.v[h], p.ka.v[i], 0);
+    return a_parts_.add(ak, p);
+}
+
+Table ConvStagings::derive(const Key& k) {
     // the L1 check of the four ping-pong combinations (bytes are linear in each operand's depth);
     // without ping-pong of an operand only where the same staging with it does not fit. A's bytes
-    // depend on (hoL1, kAL1), B's on (hoL1, kBL1): each found once
+    // depend on (hoL1, kAL1), B's on (hoL1, kBL1) (but for dW on kBL1 only): each found once
+    const ConvShape& d = d_;
+    const APart& p = a_part(k);
+    const Few &hm = p.hm, &ka = p.ka, &kb = p.kb;
     Table out;
     out.reserve(size_t(hm.n * ka.n * kb.n * 2 * NS));
-    double a1[8], b1[8], rest[8];
+    double b1[8], rest[8];
     for (int j = 0; j < kb.n; ++j) rest[j] = l1_bias(k, kb.v[j]);
-    for (int64_t m : hm) {
-        const int64_t ho_l1 = ho_l0 * m;
-        for (int i = 0; i < ka.n; ++i) a1[i] = l1_a(k, ho_l1, ka.v[i], 0);
-        for (int j = 0; j < kb.n; ++j) b1[j] = l1_b(k, ho_l1, kb.v[j], 0);
+    for (int h = 0; h < hm.n; ++h) {
+        const int64_t ho_l1 = k[0] * hm.v[h];
+        if (d.filt() || h == 0)
+            for (int j = 0; j < kb.n; ++j) b1[j] = l1_b(k, ho_l1, kb.v[j], 0);
         for (int i = 0; i < ka.n; ++i)
             for (int j = 0; j < kb.n; ++j) {
                 const int64_t a_k = ka.v[i], b_k = kb.v[j];
                 if (!d.filt() && a_k % b_k != 0 && b_k % a_k != 0) continue;
+                const double a1 = p.a1[h][i];
                 bool f[2][2];
                 for (int da = 0; da < 2; ++da)
                     for (int db = 0; db < 2; ++db)
-                        f[da][db] = double(1 + da) * a1[i] + double(1 + db) * b1[j] + rest[j] <= double(l1_);
+                        f[da][db] = double(1 + da) * a1 + double(1 + db) * b1[j] + rest[j] <= double(l1_);
                 const bool keep[4] = {f[0][0] && !(f[0][1] || f[1][0]), f[0][1] && !f[1][1], f[1][0] && !f[1][1],
                                       f[1][1]};
                 static const int64_t pb[4] = {28, 30, 29, 31};  // none, B, A, both

@@ -4,8 +4,6 @@
 #include <algorithm>
 #include <set>
 #include <stdexcept>
-#include <unordered_map>
-#include <unordered_set>
 #include <utility>
 
 #include "space.h"
@@ -153,12 +151,24 @@ void matmul_restage(const int64_t* mnk, int64_t ea, int64_t l1, int cls, int64_t
 }
 
 std::vector<int64_t> mm_first_of_each(const int64_t* outer, int64_t lo, int64_t hi) {
-    std::unordered_set<std::array<int64_t, 7>, KeyHash<7>> seen;
+    // open addressing over row indices, compared on the outer choice's 7 fields
     std::vector<int64_t> out;
+    if (hi <= lo) return out;
+    size_t cap = 16;
+    while (cap < size_t(2 * (hi - lo))) cap *= 2;
+    std::vector<int64_t> slots(cap, -1);
     for (int64_t i = lo; i < hi; ++i) {
-        std::array<int64_t, 7> key;
-        std::copy(outer + i * MM_NF, outer + i * MM_NF + 7, key.begin());
-        if (seen.insert(key).second) out.push_back(i);
+        const int64_t* r = outer + i * MM_NF;
+        uint64_t h = 0x9E3779B97F4A7C15ull;
+        for (int f = 0; f < 7; ++f) h = (h ^ uint64_t(r[f])) * 0xBF58476D1CE4E5B9ull, h ^= h >> 31;
+        for (size_t j = size_t(h) & (cap - 1);; j = (j + 1) & (cap - 1)) {
+            if (slots[j] < 0) {
+                slots[j] = i;
+                out.push_back(i);
+                break;
+            }
+            if (std::equal(r, r + 7, outer + slots[j] * MM_NF)) break;
+        }
     }
     return out;
 }
@@ -199,8 +209,7 @@ MmStagings::Key MmStagings::key(const int64_t* row) const {
 const MmStagings::Resolved& MmStagings::resolve(int64_t bk, int64_t k_iter) {
     // the whole-panel and 256-chunk codes become steps, kept only where they are not one of the
     // powers of two already; both K steps within kIter, one dividing the other
-    auto it = resolved_.find({bk, k_iter});
-    if (it != resolved_.end()) return it->second;
+    if (const Resolved* got = resolved_.find({bk, k_iter})) return *got;
     const size_t rows = t_.size() / NS;
     const int64_t chunk = std::max<int64_t>(1, std::min(k_iter, std::max<int64_t>(1, py_fdiv(256, bk))));
     auto step = [&](int64_t code) { return code == 0 ? k_iter : (code == -1 ? chunk : code); };
@@ -217,7 +226,17 @@ const MmStagings::Resolved& MmStagings::resolve(int64_t bk, int64_t k_iter) {
         if (ska <= k_iter && skb <= k_iter && fresh(t[0], ska) && fresh(t[1], skb) && (ska % skb == 0 || skb % ska == 0))
             r.legal.push_back(int32_t(i));
     }
-    return resolved_.emplace(std::array<int64_t, 2>{bk, k_iter}, std::move(r)).first->second;
+    std::vector<int32_t> pos(rows, -1);
+    for (size_t j = 0; j < r.legal.size(); ++j) pos[size_t(r.legal[j])] = int32_t(j);
+    for (int32_t i : r.legal) {
+        const int64_t* t = &t_[size_t(i) * NS];
+        r.da.push_back(t[2] * r.ska[size_t(i)] * (1 + t[5]));
+        r.db.push_back(t[3] * r.skb[size_t(i)] * (1 + t[6]));
+        r.step_n.push_back(t[3]);
+        r.up_a.push_back(t[5] == 0 ? pos[size_t(up_a_[size_t(i)])] : -1);
+        r.up_b.push_back(t[6] == 0 ? pos[size_t(up_b_[size_t(i)])] : -1);
+    }
+    return resolved_.add({bk, k_iter}, std::move(r));
 }
 
 const std::vector<int32_t>& MmStagings::block(int64_t bm, int64_t bn, int64_t bk, int64_t k_iter) {
@@ -225,22 +244,17 @@ const std::vector<int32_t>& MmStagings::block(int64_t bm, int64_t bn, int64_t bk
     // same staging with L1 ping-pong of A (or B) added that fits too. A row and its ping-pong
     // upgrade share their steps, so whether the upgrade survives a class's step limits is whether
     // the row does: the prune is the same for every class of the block.
-    auto it = blocks_.find({bm, bn, bk, k_iter});
-    if (it != blocks_.end()) return it->second;
+    if (const std::vector<int32_t>* got = blocks_.find({bm, bn, bk, k_iter})) return *got;
     const Resolved& r = resolve(bk, k_iter);
-    fit_.assign(t_.size() / NS, 0);
-    for (int32_t i : r.legal) {
-        const int64_t* t = &t_[size_t(i) * NS];
-        const int64_t da = t[2] * r.ska[size_t(i)] * (1 + t[5]), db = t[3] * r.skb[size_t(i)] * (1 + t[6]);
-        fit_[size_t(i)] = (da * bm + db * bn) * bk * d_.ea + (d_.bias ? t[3] * bn * 4 : 0) <= l1_;
-    }
+    const size_t n = r.legal.size();
+    fit_.resize(n);
+    const int64_t bias = d_.bias ? bn * 4 : 0;
+    for (size_t j = 0; j < n; ++j) fit_[j] = (r.da[j] * bm + r.db[j] * bn) * bk * d_.ea + r.step_n[j] * bias <= l1_;
     std::vector<int32_t> rows;
-    for (int32_t i : r.legal) {
-        const int64_t* t = &t_[size_t(i) * NS];
-        if (fit_[size_t(i)] && !((t[5] == 0 && fit_[size_t(up_a_[size_t(i)])]) || (t[6] == 0 && fit_[size_t(up_b_[size_t(i)])])))
-            rows.push_back(i);
-    }
-    return blocks_.emplace(std::array<int64_t, 4>{bm, bn, bk, k_iter}, std::move(rows)).first->second;
+    for (size_t j = 0; j < n; ++j)
+        if (fit_[j] && !((r.up_a[j] >= 0 && fit_[size_t(r.up_a[j])]) || (r.up_b[j] >= 0 && fit_[size_t(r.up_b[j])])))
+            rows.push_back(r.legal[j]);
+    return blocks_.add({bm, bn, bk, k_iter}, std::move(rows));
 }
 
 Table MmStagings::derive(const Key& key) {
