@@ -1,7 +1,9 @@
 // OPAT Schedule spaces, natively: the outer choices of a Cube operator (core split, per-core and
 // base/L0 blocks, each with one default staging and a lower bound on its time) and the inner
-// choices (L1 stagings) of any batch of them. aoe/opat/space.py and inner.py describe the spaces;
-// this is the same enumeration, in the same order, giving the same integers and the same bits.
+// choices (L1 stagings) of any batch of them. aoe/opat/space.py and inner.py describe the spaces.
+// This replaced numpy code, kept as the tests' oracle in tests/opat_space_reference.py and
+// opat_inner_reference.py (the names in backquotes below are its functions): the same enumeration,
+// in the same order, giving the same integers and the same bits.
 //
 // Every integer rule is the Python one with Python's floor-division semantics (`py_cdiv`). The
 // floating-point ones (lower bounds, a convolution's L1 bytes) follow the Python's operation order
@@ -28,10 +30,10 @@ inline int64_t py_fdiv(int64_t a, int64_t b) {
 inline int64_t py_cdiv(int64_t a, int64_t b) { return -py_fdiv(-a, b); }
 inline int64_t py_align(int64_t a, int64_t b) { return py_cdiv(a, b) * b; }
 
-// Powers of two from `start` up to `limit`, or just `start` when it is above it (space.py `_pow2`).
+// Powers of two from `start` up to `limit`, or just `start` when it is above it (`_pow2`).
 std::vector<int64_t> pow2_upto(int64_t limit, int64_t start);
 // Block sizes of one dimension: powers of two up to the dimension, and the whole (aligned) dimension
-// or an even split into 2-4 blocks where it fits `cap`; sorted, distinct (space.py `_block_sizes`).
+// or an even split into 2-4 blocks where it fits `cap`; sorted, distinct (`_block_sizes`).
 std::vector<int64_t> block_sizes(int64_t dim, int64_t cap, int64_t align);
 
 // A convolution as the spaces read it. Layout of the Python vector (inner.py `conv_shape`):
@@ -57,7 +59,7 @@ struct MmShape {
 };
 MmShape mm_shape(const int64_t* v, int64_t len);
 
-// A Cube problem in matmul terms for the outer lower bound (bounds.py `cube_bound`'s `prob`).
+// A Cube problem in matmul terms for the outer lower bound (`cube_bound`'s `prob`).
 struct CubeProb {
     int64_t M, N, K, batch_a, batch_b, ea, eo;
     bool a_nz, b_nz, c_nz, bias, a_mem, b_mem;
@@ -70,7 +72,7 @@ struct CubeSplit {
     double waves, fractals, out_e, fix_pre, l0a, l0b, t2_floor;
 };
 CubeSplit cube_split(const SoC& s, const CubeProb& p, int64_t uc, int64_t s_m, int64_t s_n, int64_t s_k);
-// Lower bound (µs) of one Cube outer choice in matmul terms (bounds.py `cube_bound`, one row).
+// Lower bound (µs) of one Cube outer choice in matmul terms (`cube_bound`, one row).
 double cube_block_bound(const SoC& s, const CubeProb& p, const CubeSplit& c, int64_t b_m, int64_t b_n,
                         int64_t b_k);
 // numpy's maximum / minimum (a NaN wins, as there)
@@ -94,7 +96,7 @@ inline double cube_its_bound(const SoC& s, const CubeProb& p, const CubeSplit& c
     return s.launch_us + c.waves * task / s.freq_mhz;
 }
 
-// A convolution in matmul terms (bounds.py `conv_bound`: the simulator's img2col) and one core
+// A convolution in matmul terms (`conv_bound`: the simulator's img2col) and one core
 // split's terms (fields batchDim, hoDim, nDim, groupDim).
 CubeProb conv_prob(const ConvShape& d);
 CubeSplit conv_split(const SoC& s, const ConvShape& d, const CubeProb& p, int64_t bd, int64_t hd, int64_t nd,
@@ -112,12 +114,12 @@ constexpr int MM_NF = 23;    // matmul strategy fields (MM_FIELDS)
 // `rows` and `bound` at it.
 using OuterAlloc = std::function<void(int64_t n, int64_t*& rows, double*& bound)>;
 // The outer rows of a conv space, each with its default staging in both iterate orders, and one
-// lower bound per row (space.py `conv_space`). `seed`: CANN's default strategy (14 fields) or
+// lower bound per row (`conv_space`, then `add_seed_outer`). `seed`: CANN's default strategy (14 fields) or
 // null; when its outer choice is not among the rows, it is added at the end in both iterate orders,
 // with the launch time as its bound (a true but weak one: the beam prices it first).
 void conv_outer(const SoC& s, const ConvShape& d, const int64_t* seed, const OuterAlloc& alloc);
 // The outer rows of a matmul space, each with CANN's staging in both iterate orders, and one lower
-// bound per row (space.py `matmul_space`); `seed` (23 fields) as for `conv_outer`.
+// bound per row (`matmul_space`, then `add_seed_outer`); `seed` (23 fields) as for `conv_outer`.
 void matmul_outer(const SoC& s, const MmShape& d, const int64_t* seed, const OuterAlloc& alloc);
 // Append `seed` and its other iterate order (field `order_col`) with the launch time as bound.
 inline void add_seed(const SoC& s, const int64_t* seed, int nf, int order_col, int64_t* rows, double* bound) {
@@ -176,7 +178,7 @@ class FlatMap {
 template <int N>
 using ClassTable = FlatMap<N, Table>;
 
-// The L1 stagings of conv outer rows (inner.py `ConvExpander`), each class's derived once.
+// The L1 stagings of conv outer rows (`ConvExpander`), each class's derived once.
 class ConvStagings {
   public:
     using Key = std::array<int64_t, 6>;  // hoL0, rows per core, kL0, nDim (dW) or 0, woL0, nL0
@@ -189,7 +191,7 @@ class ConvStagings {
     // the legal stagings of a class, in the expansion's order
     const Table& stagings(const Key& k);
     // L1 bytes of a staging (hoL1, kAL1, kBL1, L1 ping-pong of A, of B) of one class, as the
-    // simulator counts them (bounds.py `conv_l1_bytes`): the A part (it depends on hoL1 and kAL1
+    // simulator counts them (`conv_l1_bytes`): the A part (it depends on hoL1 and kAL1
     // only), the B part (hoL1, kBL1) and the bias (kBL1)
     double l1_a(const Key& k, int64_t ho_l1, int64_t ka, int64_t db_a) const;
     double l1_b(const Key& k, int64_t ho_l1, int64_t kb, int64_t db_b) const;
@@ -231,7 +233,7 @@ class ConvStagings {
     int64_t ho_core_[65];  // rows per core of each hoDim up to 64
 };
 
-// The L1 stagings of matmul outer rows (inner.py `MatmulExpander`), from the staging template
+// The L1 stagings of matmul outer rows (`MatmulExpander`), from the staging template
 // (stagings.py `MM_INNER`: step K of A and B coded 0 = whole panel, -1 = 256-element chunks, step M,
 // step N, iterate order, L1 ping-pong of A and B) and its ping-pong upgrades (`UP_A`, `UP_B`).
 class MmStagings {
@@ -284,12 +286,12 @@ class MmStagings {
     std::vector<char> fit_;  // scratch of `block`, per legal row
 };
 
-// A matmul strategy's implementation class (inner.py `matmul_impl_class`): 0 standard, 1 A resident
+// A matmul strategy's implementation class (`matmul_impl_class`): 0 standard, 1 A resident
 // in L1, 2 B resident, 3 split-K; `mnk`: M, N, K.
 int matmul_impl_class(const int64_t* mnk, const int64_t* row);
-// Move a matmul outer row's default staging into implementation class 1 or 2 (tune.py
-// `_class_space`): the resident operand's whole block and K panel in L1, the other streamed one
-// block at a time; L1 ping-pong of both where it fits `l1`. Other classes: unchanged.
+// Move a matmul outer row's default staging into implementation class 1 or 2 (`_mm_restage`): the
+// resident operand's whole block and K panel in L1, the other streamed one block and one K step at
+// a time; L1 ping-pong of both where it fits `l1`. Other classes: unchanged.
 void matmul_restage(const int64_t* mnk, int64_t ea, int64_t l1, int cls, int64_t* row);
 
 // Indices of the first row of each distinct outer shape among rows [lo, hi) of `outer` (matmul: the

@@ -1,6 +1,7 @@
-// Lower bounds on the time of a Cube outer choice, whatever its staging: aoe/opat/bounds.py's
-// `cube_bound` (its docstring explains each term) for one outer row, with the same operations in
-// the same order, so that every bound has the bits numpy computed (built with -ffp-contract=off).
+// Lower bounds on the time of a Cube outer choice, whatever its staging (aoe/opat/bounds.py explains
+// each term): the numpy `cube_bound` it replaced (tests/opat_space_reference.py) for one outer row,
+// with the same operations in the same order, so that every bound has the bits numpy computed
+// (built with -ffp-contract=off).
 #include <algorithm>
 #include <stdexcept>
 

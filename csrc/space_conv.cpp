@@ -33,7 +33,7 @@ std::vector<int64_t> block_sizes(int64_t dim, int64_t cap, int64_t align) {
 std::vector<int64_t> conv_splits(int cores, int64_t g, int64_t n, int64_t out_h, int64_t n_units) {
     // every (g, batch, rows, units) split with at most `cores` parts in all and none above its
     // dimension, as its effective split (d parts of x are ceil(x / ceil(x / d)) parts), packed as
-    // space.py packs them (8 bits each) so that the order and any collision are the same
+    // the numpy original packed them (8 bits each) so that the order and any collision are the same
     const int64_t lim[4] = {g, n, out_h, n_units};
     std::set<int64_t> keys;
     auto eff = [&](int j, int64_t t) { return py_cdiv(lim[j], py_cdiv(lim[j], t)); };
@@ -64,7 +64,7 @@ namespace {
 constexpr int64_t CONV_PIXELS[4] = {64, 128, 256, 512};  // L0 pixel-block targets
 constexpr int64_t CONV_ROW_SPLITS[3] = {1, 2, 4};        // the core's rows whole or cut evenly
 
-// An outer row's default staging (space.py `_conv_default_inner`): the smallest hoL1 multiple, the
+// An outer row's default staging (`_conv_default_inner`): the smallest hoL1 multiple, the
 // largest K chunk in whole windows (dW: the smallest), full ping-pong; a row without a legal one is
 // dropped (a value of 0 here). The hoL1 multiple depends on hoL0 and the rows per core only, the
 // K chunks on kL0 and (dW) the C0 channel groups per core only: each is found once for all rows
@@ -112,7 +112,7 @@ void conv_outer(const SoC& s, const ConvShape& d, const int64_t* seed, const Out
     std::vector<int64_t> wo_l0s;
     for (int64_t v = std::min<int64_t>(out_w, 256); v >= 1 && wo_l0s.size() < 4; --v)
         if (out_w % v == 0) wo_l0s.push_back(v);
-    // distinct (split, hoL0, woL0) whose L0 block fits with ping-pong, packed as space.py packed them
+    // distinct (split, hoL0, woL0) whose L0 block fits with ping-pong, packed as the numpy original packed them
     std::vector<int64_t> keys;
     auto add = [&](int64_t si, int64_t ho_l0, int64_t wo_l0) {
         bool keep;
@@ -278,7 +278,7 @@ double ConvStagings::l1_bias(const Key& k, int64_t kb) const {
 }
 
 const ConvStagings::APart& ConvStagings::a_part(const Key& k) {
-    // candidates (inner.py `ConvExpander._candidates`): hoL1 multiples of hoL0, K chunks in whole
+    // candidates (`ConvExpander._candidates`): hoL1 multiples of hoL0, K chunks in whole
     // kernel windows (A's and B's, one dividing the other; dW: Cout and channel chunks); and A's
     // L1 bytes, which depend on neither nL0 nor (but for the candidates) the channel split
     const std::array<int64_t, 5> ak{k[0], k[1], k[2], k[3], k[4]};

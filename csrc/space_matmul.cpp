@@ -17,7 +17,7 @@ namespace {
 enum : int { F_USED, F_SM, F_SN, F_SK, F_BM, F_BN, F_BK, F_DA, F_DB, F_STM, F_STN, F_ORD, F_SKA, F_SKB,
              F_DBA, F_DBB, F_DBC, F_L2MC, F_L2NC, F_L2MB, F_L2NB, F_L2ORD, F_TILE };
 
-// CANN's staging of an outer row (space.py `_mm_default_inner` and `_mm_l2_default`): K in
+// CANN's staging of an outer row (`_mm_default_inner` and `_mm_l2_default`): K in
 // 256-element chunks (or the whole K panel when it fits double-buffered), ping-pong where it fits.
 void default_inner(const SoC& s, const MmShape& d, int64_t* r) {
     const int64_t bm = r[F_BM], bn = r[F_BN], bk = r[F_BK], ea = d.ea;
@@ -269,7 +269,7 @@ Table MmStagings::derive(const Key& key) {
         const int64_t* t = &t_[size_t(i) * NS];
         if (t[2] > m_iter || t[3] > n_iter) continue;
         const int64_t ska = r.ska[size_t(i)], skb = r.skb[size_t(i)];
-        if (impl_ >= 0) {  // inner.py `matmul_impl_class` of the row
+        if (impl_ >= 0) {  // `matmul_impl_class` of the row
             int cls = 3;
             if (!split_k) {
                 const bool a_res = t[2] >= m_iter && ska >= k_iter, b_res = t[3] >= n_iter && skb >= k_iter;

@@ -1,12 +1,13 @@
 """The native Schedule spaces (aoe._sim, csrc/space_*.cpp) against the numpy code they replaced.
 
-`tests/opat_space_reference.py` is that numpy code. The native spaces must give the same outer rows
-in the same order (the drivers order and break ties by it), the same lower-bound bits and the same
-expansions and counts, or the tuning results would change.
+`opat_space_reference.py` and `opat_inner_reference.py` (in tests/) are that numpy code. The native
+spaces must give the same outer rows in the same order (the drivers order and break ties by it),
+the same lower-bound bits and the same expansions and counts, or the tuning results would change.
 """
 from __future__ import annotations
 
 import numpy as np
+import opat_inner_reference as ref_inner
 import opat_space_reference as ref
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -98,7 +99,7 @@ def _check_conv(soc, op, rng) -> None:
     for key in {tuple(int(v) for v in k) for k in exp.keys(pick[:6])}:
         base = np.unique(r_exp._stagings(key)[:, :3], axis=0)
         st = np.array([(*b, da, db) for b in base for da in (0, 1) for db in (0, 1)], np.int64).reshape(-1, 5)
-        assert exp.l1_bytes(key, st).tobytes() == ref.conv_l1_bytes(op, key, st).tobytes()
+        assert exp.l1_bytes(key, st).tobytes() == ref_inner.conv_l1_bytes(op, key, st).tobytes()
         assert np.array_equal(exp.stagings(key), r_exp._stagings(key))
 
 
@@ -113,10 +114,10 @@ def _check_matmul(soc, op, rng) -> None:
         assert exp.count(space.outer, limit) == r_exp.count(r_outer, limit)
     pick = _pick(r_outer, rng)
     full = r_exp(pick)
-    assert np.array_equal(matmul_impl_class(op, full), ref.matmul_impl_class(op, full))
+    assert np.array_equal(matmul_impl_class(op, full), ref_inner.matmul_impl_class(op, full))
     for cls in range(4):
-        restaged = ref._mm_restage(op, soc, cls, r_outer)
-        mask = ref.matmul_impl_class(op, restaged) == cls
+        restaged = ref_inner._mm_restage(op, soc, cls, r_outer)
+        mask = ref_inner.matmul_impl_class(op, restaged) == cls
         rows, got_mask = matmul_class_outer(soc, op, cls, r_outer)
         assert np.array_equal(got_mask, mask) and np.array_equal(rows, restaged[mask])
     groups = [pick[:9], pick[9:10], pick[10:10], pick[10:]]
