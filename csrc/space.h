@@ -293,6 +293,8 @@ int matmul_impl_class(const int64_t* mnk, const int64_t* row);
 // resident operand's whole block and K panel in L1, the other streamed one block and one K step at
 // a time; L1 ping-pong of both where it fits `l1`. Other classes: unchanged.
 void matmul_restage(const int64_t* mnk, int64_t ea, int64_t l1, int cls, int64_t* row);
+// `matmul_impl_class` of a row as `matmul_restage` would leave it (only the steps it sets matter).
+int matmul_restaged_class(const int64_t* mnk, int cls, const int64_t* row);
 
 // Indices of the first row of each distinct outer shape among rows [lo, hi) of `outer` (matmul: the
 // 7 fields that identify an outer choice), in order.

@@ -131,11 +131,9 @@ void bind(py::module_& m) {
             const int64_t n = rows_of(outer, MM_NF, "matmul outer rows");
             const int64_t* in = outer.data();
             py::array_t<bool> mask(n);
-            int64_t kept = 0, r[MM_NF];
+            int64_t kept = 0;
             for (int64_t i = 0; i < n; ++i) {  // restaged, the row's class decides
-                std::copy(in + i * MM_NF, in + (i + 1) * MM_NF, r);
-                matmul_restage(d, ea, l1, cls, r);
-                const bool in_class = matmul_impl_class(d, r) == cls;
+                const bool in_class = matmul_restaged_class(d, cls, in + i * MM_NF) == cls;
                 mask.mutable_data()[i] = in_class;
                 kept += in_class;
             }

@@ -134,8 +134,11 @@ int matmul_impl_class(const int64_t* mnk, const int64_t* r) {
     return 0;
 }
 
-void matmul_restage(const int64_t* mnk, int64_t ea, int64_t l1, int cls, int64_t* r) {
-    if (cls != 1 && cls != 2) return;
+namespace {
+
+// The steps `matmul_restage` sets (class 1: A's whole block and K panel in L1, B streamed one block
+// and one K step at a time; class 2: the reverse).
+void restage_steps(const int64_t* mnk, int cls, int64_t* r) {
     const int64_t bm = r[F_BM], bn = r[F_BN], bk = r[F_BK];
     if (std::min({bm, bn, bk}) < 1) throw std::invalid_argument("matmul outer rows need positive blocks");
     const int64_t k_iter = py_cdiv(std::min(r[F_SK], mnk[2]), bk);
@@ -144,6 +147,22 @@ void matmul_restage(const int64_t* mnk, int64_t ea, int64_t l1, int cls, int64_t
     } else {
         r[F_STN] = py_cdiv(std::min(r[F_SN], mnk[1]), bn), r[F_SKB] = k_iter, r[F_SKA] = 1, r[F_STM] = 1;
     }
+}
+
+}  // namespace
+
+int matmul_restaged_class(const int64_t* mnk, int cls, const int64_t* row) {
+    if (cls != 1 && cls != 2) return matmul_impl_class(mnk, row);
+    int64_t r[F_SKB + 1];  // the fields up to the K steps: all the class reads
+    std::copy(row, row + F_SKB + 1, r);
+    restage_steps(mnk, cls, r);
+    return matmul_impl_class(mnk, r);
+}
+
+void matmul_restage(const int64_t* mnk, int64_t ea, int64_t l1, int cls, int64_t* r) {
+    if (cls != 1 && cls != 2) return;
+    restage_steps(mnk, cls, r);
+    const int64_t bm = r[F_BM], bn = r[F_BN], bk = r[F_BK];
     const int64_t da = r[F_STM] * r[F_SKA], db = r[F_STN] * r[F_SKB];
     const bool fits_db = (2 * da * bm + 2 * db * bn) * bk * ea <= l1;
     r[F_DA] = fits_db ? 2 * da : da;
