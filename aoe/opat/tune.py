@@ -21,7 +21,7 @@ When Impl wins, the Schedule and Format steps it replaced are dropped and Impl s
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
@@ -34,6 +34,7 @@ from ..sim import Conv2D, MatMul, SimOp, VectorOp, default_strategy, simulate, s
 from ..sim.heuristics import MM_FIELDS, default_vector
 from ..sim.ops import DTYPE_BYTES
 from ..soc import Soc, load_soc
+from .bounds import matmul_bound, matmul_row_bound
 from .inner import matmul_impl_class
 from .search import Budget, Measure, SearchResult, as_measure, search, simulator_measure
 from .space import FactoredSpace, space_for
@@ -79,6 +80,19 @@ def _restricted(space: FactoredSpace, keep: Callable[[np.ndarray], np.ndarray],
     return FactoredSpace(space.fields, outer[mask], expand, lb, upper_size=space.upper_size,
                          seeds=seeds if seeds is not None and len(seeds) else None, parent=space,
                          expand_many=expand_many, row_bound=space.row_bound)
+
+
+def _rebound(soc: Soc, op: MatMul, space: FactoredSpace) -> FactoredSpace:
+    """`space` (another layout of the same matmul) with `op`'s own bounds.
+
+    The rows depend on the shapes only, the bounds also on the layouts (ND operands pay the ND2NZ
+    conversion and short bursts): pruning a faster NZ variant with its ND twin's bounds would drop
+    strategies that beat them. CANN's default outer choices keep the launch time as their bound.
+    """
+    lb = space.lower_bound
+    if lb is not None:
+        lb = np.where(lb <= soc.launch_us, lb, matmul_bound(soc, op, space.outer, _F))
+    return replace(space, lower_bound=lb, row_bound=lambda rows: matmul_row_bound(soc, op, rows, _F))
 
 
 def _filter(rows: np.ndarray, keep: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
@@ -235,7 +249,9 @@ def tune_case(case: OpCase, soc: Soc | str, kinds: Sequence[str] = KINDS, budget
     def class_space(op: SimOp, cls: int | None) -> FactoredSpace:
         full = spaces.get(id(op))
         if full is None and isinstance(op, MatMul) and isinstance(base.sim_op, MatMul):
-            full = spaces.get(id(base.sim_op))  # a layout variant of the default matmul: same space
+            shared = spaces.get(id(base.sim_op))  # a layout variant of the default matmul: same rows
+            if shared is not None:
+                full = spaces[id(op)] = _rebound(soc, op, shared)
         if full is None:
             full = space_for(soc, op)
             spaces[id(op)] = full
