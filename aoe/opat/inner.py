@@ -197,18 +197,20 @@ class MatmulExpander:
         outer = outer[_first_of_each(outer[:, MM_OUTER])]
         return self._expand(outer, np.zeros(len(outer), np.int64))[0]
 
-    def many(self, groups: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """`self(group)` of every group at once: the rows, group after group, and where each group starts."""
+    def many(self, groups: list[np.ndarray], l2: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """`self(group)` of every group at once: the rows, group after group, and where each group starts.
+
+        `l2=False`: without the L2-tiling variants (each staging once, untiled)."""
         gid = np.repeat(np.arange(len(groups)), [len(g) for g in groups])
         outer = np.concatenate(groups)
         first = _first_of_each(np.column_stack([gid, outer[:, MM_OUTER]]))  # duplicates collapse per group
-        rows, rgid = self._expand(outer[first], gid[first])
-        if self.l2:  # the L2 variants come after their group's plain rows, as `self(group)` orders them
+        rows, rgid = self._expand(outer[first], gid[first], l2)
+        if self.l2 and l2:  # the L2 variants come after their group's plain rows, as `self(group)` orders them
             order = np.argsort(rgid, kind="stable")
             rows, rgid = rows[order], rgid[order]
         return rows, np.searchsorted(rgid, np.arange(len(groups) + 1))
 
-    def _expand(self, outer: np.ndarray, gid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _expand(self, outer: np.ndarray, gid: np.ndarray, l2: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """The inner variants of distinct outer rows (and the group of each variant, from `gid`)."""
         op = self.op
         stagings, counts = _by_class(self._keys(outer), self._stagings)
@@ -222,9 +224,23 @@ class MatmulExpander:
         base[:, _F["l2MTileCnt"]] = base[:, _F["l2NTileCnt"]] = 1
         base[:, _F["l2MTileBlock"]], base[:, _F["l2NTileBlock"]] = mb, nb
         base[:, _F["l2IterateOrder"]] = 0
-        if not self.l2:
+        if not (self.l2 and l2):
             return base, bgid
-        variants, vgids = [base], [bgid]
+        variants, vgids = self._tilings(base, bgid, mb, nb)
+        return np.concatenate([base] + variants), np.concatenate([bgid] + vgids)
+
+    def tilings(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The L2-tiling variants of untiled rows (none without L2 tiling) and the index of the row each comes from."""
+        if not (self.l2 and len(rows)):
+            return rows[:0], np.zeros(0, np.int64)
+        mb, nb = _cdiv(self.op.m, rows[:, _F["singleCoreM"]]), _cdiv(self.op.n, rows[:, _F["singleCoreN"]])
+        variants, owners = self._tilings(rows, np.arange(len(rows)), mb, nb)
+        return np.concatenate(variants), np.concatenate(owners)
+
+    def _tilings(self, base: np.ndarray, bgid: np.ndarray, mb: np.ndarray, nb: np.ndarray
+                 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The L2-tiling variants of untiled rows `base` (with `mb` x `nb` blocks), and `bgid` of each."""
+        variants, vgids = [], []
         for cm, cn in itertools.product((1, 2, 4), repeat=2):
             if (cm, cn) == (1, 1):
                 continue
@@ -238,7 +254,7 @@ class MatmulExpander:
                 v[:, _F["l2IterateOrder"]] = order
                 variants.append(v)
                 vgids.append(bgid[sel])
-        return np.concatenate(variants), np.concatenate(vgids)
+        return variants, vgids
 
 
 _CONV_STAGING = [_C[f] for f in ("hoL1", "kAL1", "kBL1", "pBufferFlag", "iterateMNOrder")]

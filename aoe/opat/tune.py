@@ -76,10 +76,15 @@ def _restricted(space: FactoredSpace, keep: Callable[[np.ndarray], np.ndarray],
 
     expand, expand_many = (members, members.many) if members is not None else \
         (lambda o: _filter(space.expand(o), keep), many)
+    # the class's untiled stagings, and their L2 tilings as the full space gives them (a tiling is in
+    # the class of its untiled staging: classes do not depend on L2 tiling)
+    untiled = (lambda groups: members.many(groups, l2=False)) \
+        if members is not None and space.expand_untiled is not None else None
     # a restricted space is at most as large as the full one (exact size would need filtering)
     return FactoredSpace(space.fields, outer[mask], expand, lb, upper_size=space.upper_size,
                          seeds=seeds if seeds is not None and len(seeds) else None, parent=space,
-                         expand_many=expand_many, row_bound=space.row_bound)
+                         expand_many=expand_many, row_bound=space.row_bound, expand_untiled=untiled,
+                         tilings=space.tilings if untiled is not None else None)
 
 
 def _rebound(soc: Soc, op: MatMul, space: FactoredSpace) -> FactoredSpace:
