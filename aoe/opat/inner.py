@@ -230,7 +230,7 @@ class MatmulExpander:
         return np.concatenate([base] + variants), np.concatenate([bgid] + vgids)
 
     def tilings(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The L2-tiling variants of untiled rows (none without L2 tiling) and the index of the row each comes from."""
+        """The L2 tilings of untiled rows (none without L2 tiling) and the index of the row each comes from."""
         if not (self.l2 and len(rows)):
             return rows[:0], np.zeros(0, np.int64)
         mb, nb = _cdiv(self.op.m, rows[:, _F["singleCoreM"]]), _cdiv(self.op.n, rows[:, _F["singleCoreN"]])
