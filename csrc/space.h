@@ -251,11 +251,15 @@ class MmStagings {
         std::vector<int64_t> idx;
         std::vector<const Table*> st;
         int64_t rows = 0;
+        bool tiled = true;  // the L2 tiling variants are part of the expansion (when the space has them)
     };
-    Plan plan(const int64_t* outer, int64_t n);
+    // `tiled = false`: the untiled stagings only (a search that prices tilings apart asks for them)
+    Plan plan(const int64_t* outer, int64_t n, bool tiled = true);
     // write a plan's rows to `out`: the plain rows, then the L2 tiling variants (cut by cut, order by
-    // order, each over every plain row) when the space has them
+    // order, each over every plain row) when the space has them and the plan is tiled
     void write(const int64_t* outer, const Plan& p, int64_t* out) const;
+    // the L2 tiling variants of `n` untiled rows, in `write`'s order, and the row each comes from
+    void tilings(const int64_t* rows, int64_t n, std::vector<int64_t>& out, std::vector<int64_t>& owner) const;
     // how many rows the distinct outer shapes among `n` rows expand to, stopping after the 2048
     // distinct rows that pass `limit` (when >= 0)
     int64_t count(const int64_t* outer, int64_t n, int64_t limit);

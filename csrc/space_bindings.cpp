@@ -102,6 +102,25 @@ void bind(py::module_& m) {
         "CANN's staging in both iterate orders, and each row's lower bound (µs); the seed's outer "
         "choice added at the end when it is not one of them.");
     m.def(
+        "matmul_outer_bound",
+        [](const SoC& soc, const I64& shape, const I64& outer) {
+            const MmShape d = mm_shape(vec_of(shape, MM_SHAPE_LEN, "a matmul shape"), MM_SHAPE_LEN);
+            const int64_t n = rows_of(outer, MM_NF, "matmul outer rows");
+            const CubeProb prob = matmul_prob(d);
+            py::array_t<double> out(n);
+            for (int64_t i = 0; i < n; ++i) {
+                const int64_t* o = outer.data() + i * MM_NF;
+                for (int f = 0; f < 7; ++f)
+                    if (o[f] < 1) throw std::invalid_argument("matmul outer rows need positive cores and blocks");
+                const CubeSplit c = cube_split(soc, prob, o[0], o[1], o[2], o[3]);
+                out.mutable_data()[i] = cube_block_bound(soc, prob, c, o[4], o[5], o[6]);
+            }
+            return out;
+        },
+        py::arg("soc"), py::arg("shape"), py::arg("outer"),
+        "The lower bound (µs) of each matmul outer row for this matmul's layouts (as `matmul_space` bounds "
+        "its own rows): another layout of the same shapes reuses a space's rows, not its bounds.");
+    m.def(
         "conv_splits",
         [](int cores, int64_t g, int64_t n, int64_t out_h, int64_t n_units) {
             if (cores < 1 || g < 1 || n < 1 || out_h < 1 || n_units < 1)
@@ -257,12 +276,12 @@ void bind(py::module_& m) {
             py::arg("outer"), "Every variant of each distinct outer shape: the plain rows, then the L2 tilings.")
         .def(
             "expand_groups",
-            [](MmStagings& self, const std::vector<I64>& groups) {
+            [](MmStagings& self, const std::vector<I64>& groups, bool tiled) {
                 std::vector<MmStagings::Plan> plans;
                 std::vector<int64_t> per;
                 int64_t total = 0;
                 for (const I64& g : groups) {
-                    plans.push_back(self.plan(g.data(), rows_of(g, MM_NF, "outer rows")));
+                    plans.push_back(self.plan(g.data(), rows_of(g, MM_NF, "outer rows"), tiled));
                     per.push_back(plans.back().rows);
                     total += plans.back().rows;
                 }
@@ -274,7 +293,21 @@ void bind(py::module_& m) {
                 }
                 return py::make_tuple(rows, group_bounds(per));
             },
-            py::arg("groups"), "(`expand` of every group, group after group; where each group starts + the end)")
+            py::arg("groups"), py::arg("tiled") = true,
+            "(`expand` of every group, group after group; where each group starts + the end); "
+            "`tiled=False`: without the L2 tiling variants")
+        .def(
+            "tilings",
+            [](const MmStagings& self, const I64& rows) {
+                std::vector<int64_t> out, owner;
+                self.tilings(rows.data(), rows_of(rows, MM_NF, "untiled rows"), out, owner);
+                py::array_t<int64_t> t({py::ssize_t(owner.size()), py::ssize_t(MM_NF)});
+                std::copy(out.begin(), out.end(), t.mutable_data());
+                py::array_t<int64_t> o(py::ssize_t(owner.size()));
+                std::copy(owner.begin(), owner.end(), o.mutable_data());
+                return py::make_tuple(t, o);
+            },
+            py::arg("rows"), "The L2 tiling variants of untiled rows (cut by cut, order by order) and the row each comes from.")
         .def(
             "count",
             [](MmStagings& self, const I64& outer, int64_t limit) {

@@ -313,16 +313,39 @@ int64_t MmStagings::l2_variants(int64_t mb, int64_t nb) const {
     return v;
 }
 
-MmStagings::Plan MmStagings::plan(const int64_t* outer, int64_t n) {
+MmStagings::Plan MmStagings::plan(const int64_t* outer, int64_t n, bool tiled) {
     Plan p;
+    p.tiled = tiled;
     p.idx = mm_first_of_each(outer, 0, n);
     for (int64_t i : p.idx) {
         const int64_t* row = outer + i * MM_NF;
         const Table& st = stagings(key(row));
         p.st.push_back(&st);
-        p.rows += int64_t(st.size() / NS) * l2_variants(py_cdiv(d_.m, row[F_SM]), py_cdiv(d_.n, row[F_SN]));
+        p.rows += int64_t(st.size() / NS) *
+                  (tiled ? l2_variants(py_cdiv(d_.m, row[F_SM]), py_cdiv(d_.n, row[F_SN])) : 1);
     }
     return p;
+}
+
+void MmStagings::tilings(const int64_t* rows, int64_t n, std::vector<int64_t>& out,
+                         std::vector<int64_t>& owner) const {
+    if (!d_.l2) return;
+    for (const auto& c : L2_CUTS)
+        for (int64_t ord = 0; ord < 2; ++ord)
+            for (int64_t i = 0; i < n; ++i) {
+                const int64_t* b = rows + i * MM_NF;
+                // the blocks per core of the untiled row (what its L2 tile counts cut)
+                const int64_t mb = py_cdiv(d_.m, b[F_SM]), nb = py_cdiv(d_.n, b[F_SN]);
+                if (!(c[0] <= mb && c[1] <= nb)) continue;
+                const size_t at = out.size();
+                out.insert(out.end(), b, b + MM_NF);
+                const int64_t blm = py_cdiv(mb, c[0]), bln = py_cdiv(nb, c[1]);
+                out[at + F_TILE] = 1;
+                out[at + F_L2MB] = blm, out[at + F_L2NB] = bln;
+                out[at + F_L2MC] = py_cdiv(mb, blm), out[at + F_L2NC] = py_cdiv(nb, bln);
+                out[at + F_L2ORD] = ord;
+                owner.push_back(i);
+            }
 }
 
 void MmStagings::write(const int64_t* outer, const Plan& p, int64_t* out) const {
@@ -341,7 +364,7 @@ void MmStagings::write(const int64_t* outer, const Plan& p, int64_t* out) const 
             at[F_L2ORD] = 0;
         }
     }
-    if (!d_.l2) return;
+    if (!d_.l2 || !p.tiled) return;
     const int64_t* plain_end = at;
     for (const auto& c : L2_CUTS)
         for (int64_t ord = 0; ord < 2; ++ord)

@@ -192,14 +192,31 @@ def test_steps_describe_the_stored_strategy_and_multiply_to_the_total(op):
 
 
 def test_a_stage_winner_that_is_replaced_leaves_no_trace():
-    # a BERT attention output projection: Format finds an NZ weight, then Impl (B resident in L1, ND)
+    # a 1024-wide projection of 4096 tokens: Format finds an NZ weight, then Impl (B resident in L1, ND)
     # beats it; the stored strategy has no NZ operand, so no Format gain may be reported
-    g = single_ops_graph([mm_op(4096, 768, 768, "ffn")])
+    g = single_ops_graph([mm_op(4096, 1024, 1024, "ffn")])
     g.tensors["ffn:in0"].kind = "activation"
     res = tune_case(describe(g, g.ops[0]), SOC, budget=Budget(evaluations=3_000))
     assert res.kinds["Format"].helped and res.impl == "b_resident_l1"      # the stages as they ran
     assert "formats" not in res.knowledge and list(res.steps) == ["Impl"]    # what is stored and reported
     assert res.steps["Impl"].before_us == res.before_us and res.steps["Impl"].after_us == res.after_us
+
+
+def test_a_layout_variant_is_searched_with_its_own_bounds():
+    # A 2048-token projection whose weight does best in NZ. The layout variant shares the default's
+    # tilings but not its bounds: an NZ operand skips the ND2NZ conversion, so the ND twin's bounds
+    # lie above some of its strategies' times. Pruned with them, the Format search stopped at 12.570
+    # us; with its own it reaches the variant's optimum (11.877 us) within the same budget.
+    from aoe.opat.search import exhaustive, simulator_measure
+
+    g = single_ops_graph([mm_op(2048, 768, 768, "ffn")])
+    g.tensors["ffn:in0"].kind = "activation"
+    case = describe(g, g.ops[0])
+    res = tune_case(case, SOC, kinds=("Schedule", "Format"), budget=Budget(evaluations=3_000))
+    variant = next(v for v in case.formats if v.label == res.variant)
+    assert variant.sim_op.b_format == "FRACTAL_NZ" and variant.sim_op.a_format == "ND"
+    opt = exhaustive(space_for(SOC, variant.sim_op), variant.sim_op, simulator_measure(SOC)).time_us
+    assert res.kinds["Format"].after_us == pytest.approx(opt + conversion_us(SOC, variant, {}), rel=1e-9)
 
 
 @pytest.mark.parametrize("soc", ["Ascend910A", "Ascend310P3"])

@@ -80,8 +80,9 @@ class MatmulExpander:
 
     def __init__(self, soc: Soc, op: MatMul, impl: int | None = None) -> None:
         self.soc, self.op, self.impl = soc, op, impl
-        self._native = _sim.MatmulStagings(matmul_shape(soc, op), soc.l1, MM_INNER, UP_A, UP_B,
-                                           -1 if impl is None else impl)
+        shape = matmul_shape(soc, op)
+        self.l2 = bool(shape[-1])   # operands beyond half of L2: the space has L2 tilings
+        self._native = _sim.MatmulStagings(shape, soc.l1, MM_INNER, UP_A, UP_B, -1 if impl is None else impl)
         self._only: dict[int, MatmulExpander] = {}
 
     def only(self, impl: int) -> MatmulExpander:
@@ -99,9 +100,15 @@ class MatmulExpander:
         """Every inner variant of each outer row (duplicates of the same outer shape collapse first)."""
         return self._native.expand(outer)
 
-    def many(self, groups: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """`self(group)` of every group at once: the rows, group after group, and where each group starts."""
-        return self._native.expand_groups(groups)
+    def many(self, groups: list[np.ndarray], l2: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """`self(group)` of every group at once: the rows, group after group, and where each group starts.
+
+        `l2=False`: without the L2-tiling variants (each staging once, untiled)."""
+        return self._native.expand_groups(groups, l2)
+
+    def tilings(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The L2 tilings of untiled rows (none without L2 tiling) and the index of the row each comes from."""
+        return self._native.tilings(rows)
 
 
 class ConvExpander:

@@ -9,7 +9,9 @@
 - `beam`: cost-guided. Outer choices are visited in order of their lower bound and priced with
   CANN's default staging (or, when that staging is invalid, with the space's leanest staging of
   the same choice); an outer choice whose bound cannot beat the best time found is skipped (exact
-  pruning). The best `width` outer choices then have all their inner choices priced.
+  pruning). The best `width` outer choices then have all their inner choices priced. In matmul
+  spaces with L2-tiling variants the bound queue goes by each outer choice's best untiled staging,
+  and only the strategies whose own bound beats the best time are priced (the simulator's pruning).
   Deterministic; `seed` only breaks ties when the budget forces sampling.
 - `local_search`: iterated hill climbing (spaces without per-strategy bounds, tiny budgets).
 - `random_search`: uniform sampling at a budget (a baseline for benchmarks).
@@ -19,9 +21,10 @@ or a user's device or cost model. The drivers only ever call it with whole batch
 """
 from __future__ import annotations
 
+import heapq
 import time
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Protocol
+from typing import Any, Callable, ClassVar, Protocol
 
 import numpy as np
 
@@ -173,6 +176,9 @@ def beam(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget | Non
 
     Phase 2 expands outer choices best-first until the budget is spent (or `width` of them). The
     bound is the simulator's: with another measure (`prune=False`) it only orders, never prunes.
+    With pruning, a space with L2-tiling variants (`space.tilings`) is walked by `_Tightened` and
+    `_expand_under`: every staging there comes with up to 16 tilings, so pricing whole expansions
+    reaches few outer choices, and the outer bound alone orders them poorly.
     """
     budget = budget or Budget()
     tr = _Tracker(op, measure, budget)
@@ -215,10 +221,23 @@ def beam(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget | Non
     # misjudge an outer choice (a block whose best staging needs other K steps), so two queues take
     # turns: outer choices by their priced staging, and by their lower bound (what any staging of
     # them could reach); whichever comes first is expanded once, and pruned when its bound cannot win.
+    #
+    # Where each staging comes with up to 16 L2 tilings, few outer choices fit the budget and their
+    # own bound orders them poorly: there the bound queue takes them best first by a bound tightened
+    # to their best untiled staging's (`_Tightened`; the queue by priced time skips by it too), and of
+    # each expanded group only the strategies whose own bound beats the best time are priced, lowest
+    # bound first (`_expand_under`).
     finite = np.flatnonzero(np.isfinite(times_outer))
     by_time = finite[np.argsort(times_outer[finite], kind="stable")]
     if width is not None:
         by_time = by_time[:width]
+    if lb is not None and space.expand_untiled is not None and space.tilings is not None \
+            and space.row_bound is not None:
+        order = np.lexsort((times_outer, lb))
+        order = order[:width] if width is not None else order
+        _expand_in_turns(tr, space, _Tightened(space, by_time, order, lb), [0, 1],
+                         speculate=isinstance(measure, SimulatorMeasure), row_bound=space.row_bound)
+        return tr.result("beam")
     by_bound = None
     if space.lower_bound is not None:
         # by bound, ties broken by the priced staging (an unpriced or invalid one last)
@@ -227,8 +246,30 @@ def beam(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget | Non
     queues = [by_time] + ([by_bound] if by_bound is not None else [])
     turns = [0, 1][: len(queues)]  # a group by priced time, then one by bound
     _expand_in_turns(tr, space, _Queues(queues, lb, len(outer)), turns,
-                       speculate=isinstance(measure, SimulatorMeasure))
+                     speculate=isinstance(measure, SimulatorMeasure))
     return tr.result("beam")
+
+
+def _untiled_bounds(space: FactoredSpace, idx: np.ndarray) -> np.ndarray:
+    """A bound on every strategy of each outer choice `idx`: the least `row_bound` of its untiled stagings.
+
+    A staging's L2 tilings only add waves to its bound, so its untiled row (`space.expand_untiled`,
+    about one row in a dozen) bounds them all (inf: an outer choice without any staging).
+    """
+    # outer rows of the same outer choice (both iterate orders) have the same stagings: bound them once
+    # (an implementation class's space identifies outer choices as its parent does)
+    cols = space.outer_cols
+    if cols is None and space.parent is not None:
+        cols = space.parent.outer_cols
+    keys = space.outer[idx][:, cols] if cols is not None else space.outer[idx]
+    _, first, inv = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    uniq = idx[first]
+    rows, starts = space.expand_untiled([space.outer[o:o + 1] for o in uniq])
+    tight = np.full(len(uniq), np.inf)
+    some = np.flatnonzero(np.diff(starts))
+    if len(some):
+        tight[some] = np.minimum.reduceat(space.row_bound(rows), starts[some])  # type: ignore[misc]
+    return tight[inv.ravel()]
 
 
 class _Queues:
@@ -245,6 +286,12 @@ class _Queues:
 
     def any_left(self) -> bool:
         return any(p < len(q) for p, q in zip(self.pos, self.queues))
+
+    def mark(self) -> list[int]:
+        return list(self.pos)
+
+    def rewind(self, mark: list[int]) -> None:
+        self.pos[:] = mark
 
     def take(self, qi: int, best: float) -> list[int]:
         """The next group of queue `qi`: up to STEP outer choices not expanded yet whose bound beats `best`."""
@@ -265,8 +312,99 @@ class _Queues:
         return group
 
 
-def _expand_in_turns(tr: _Tracker, space: FactoredSpace, queues: _Queues, turns: list[int],
-                     speculate: bool) -> None:
+class _Tightened(_Queues):
+    """`_Queues` whose bound queue takes outer choices by a bound tightened lazily (`_untiled_bounds`).
+
+    Outer choices are tightened in order of their own bound, a chunk at a time, only while the next
+    one's own bound is below the least tightened bound not expanded yet (it could come first); the
+    least tightened bound below the best time is expanded next; the queue by priced time skips outer
+    choices by their tightened bound too.
+    """
+
+    def __init__(self, space: FactoredSpace, by_time: np.ndarray, order: np.ndarray, bound: np.ndarray) -> None:
+        super().__init__([by_time, order], bound, len(bound))  # queue 1's position: the next to tighten
+        self.space, self.order, self.lb = space, order, bound
+        self.tight = np.full(len(bound), np.nan)  # tightened bounds (they do not depend on the best time)
+        self.chunk = 32                            # tightened at a time (doubling: fewer, larger batches)
+        self.heap: list[tuple[float, int, int]] = []   # (tightened bound, rank in `order`, outer choice)
+
+    def any_left(self) -> bool:
+        return super().any_left() or bool(self.heap)
+
+    def mark(self) -> Any:
+        return list(self.pos), self.chunk, list(self.heap)
+
+    def rewind(self, mark: Any) -> None:
+        pos, self.chunk, heap = mark
+        self.pos[:] = pos
+        self.heap = list(heap)
+
+    def take(self, qi: int, best: float) -> list[int]:
+        """The next group of queue `qi` (1: least tightened bound first), below `best`."""
+        if qi == 0:
+            return self._take_by_time(best)
+        group: list[int] = []
+        while len(group) < self.STEP:
+            self._tighten(best)
+            if not self.heap or self.heap[0][0] >= best:
+                self.heap = []  # sorted: nothing left can win (the best time only falls)
+                break
+            _, _, o = heapq.heappop(self.heap)
+            if not self.expanded[o]:
+                self.expanded[o] = 1
+                group.append(o)
+        return group
+
+    def _take_by_time(self, best: float) -> list[int]:
+        """The next group by priced time: outer choices not expanded whose tightened bound beats `best`.
+
+        Candidates are tightened a few dozen at a time; whether one is skipped depends only on its
+        own bound and `best` (never on what was tightened before: pricing ahead changes nothing)."""
+        q, pos, bound = self.queues[0], self.pos, self.bound
+        assert bound is not None
+        group: list[int] = []
+        while len(group) < self.STEP and pos[0] < len(q):
+            at, i = [], pos[0]        # positions in the queue of the next candidates
+            while i < len(q) and len(at) < 4 * self.STEP:
+                if bound[q[i]] < best and not self.expanded[q[i]]:
+                    at.append(i)
+                i += 1
+            pos[0] = i
+            if not at:
+                break
+            c = np.array([q[j] for j in at])
+            todo = c[np.isnan(self.tight[c])]
+            if len(todo):
+                self.tight[todo] = np.maximum(self.lb[todo], _untiled_bounds(self.space, todo))
+            for j, o, b in zip(at, c.tolist(), self.tight[c].tolist()):
+                if b < best and not self.expanded[o]:
+                    self.expanded[o] = 1
+                    group.append(o)
+                    if len(group) == self.STEP:
+                        pos[0] = j + 1  # the candidates after it come back in the next group
+                        break
+        return group
+
+    def _tighten(self, best: float) -> None:
+        order, bound, pos = self.order, self.bound, self.pos
+        assert bound is not None
+        while pos[1] < len(order) and (not self.heap or bound[order[pos[1]]] < self.heap[0][0]):
+            if bound[order[pos[1]]] >= best:
+                pos[1] = len(order)  # sorted by their own bound: none after it can win
+                return
+            end = min(len(order), pos[1] + self.chunk)
+            idx = order[pos[1]:end]
+            todo = idx[np.isnan(self.tight[idx])]  # (groups priced ahead and discarded tightened them)
+            if len(todo):
+                self.tight[todo] = np.maximum(self.lb[todo], _untiled_bounds(self.space, todo))
+            for rank, (o, b) in enumerate(zip(idx.tolist(), self.tight[idx].tolist()), pos[1]):
+                if b < best:
+                    heapq.heappush(self.heap, (b, rank, o))
+            pos[1], self.chunk = end, min(2 * self.chunk, 512)
+
+
+def _expand_in_turns(tr: _Tracker, space: FactoredSpace, queues: _Queues | _Tightened, turns: list[int],
+                     speculate: bool, row_bound: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
     """Expand groups of outer choices, the queues taking turns, until the budget or the queues run out.
 
     Which group comes next depends on the best time so far (the bound prunes), so groups are priced
@@ -274,7 +412,8 @@ def _expand_in_turns(tr: _Tracker, space: FactoredSpace, queues: _Queues, turns:
     form next if the best time stayed as it is are formed ahead and priced in one call; they are taken
     in order while the best time does stay, and when a group moves it the queues are rewound to just
     after that group. The outcome (rows counted, best row, evaluations) is the one group-by-group
-    pricing gives; only the number of measure calls drops.
+    pricing gives; only the number of measure calls drops. With `row_bound`, a group's strategies are
+    those `_expand_under` keeps (with the best time the group was formed with).
     """
     outer = space.outer
     t = 0              # whose turn it is
@@ -287,24 +426,27 @@ def _expand_in_turns(tr: _Tracker, space: FactoredSpace, queues: _Queues, turns:
             group = queues.take(turns[t], tr.best)
             t = (t + 1) % len(turns)
             if group and tr.left():
-                tr.run(space.expand(outer[group]))
+                tr.run(space.expand(outer[group]) if row_bound is None else
+                       _expand_under(space, [outer[group]], row_bound, tr.best)[0])
             continue
         best = tr.best
         # look no further ahead than the budget can take (from the rows groups gave so far)
         fits = max(1, int(tr.left() * groups_seen / rows_seen)) if rows_seen else depth
-        plan: list[tuple[list[int], list[int], int]] = []     # (group, queue positions after it, next turn)
+        plan: list[tuple[list[int], Any, int]] = []     # (group, the queues' mark after it, next turn)
         while len(plan) < min(depth, fits):
             if t == 0 and plan and not queues.any_left():
                 break
             group = queues.take(turns[t], best)
             t = (t + 1) % len(turns)
             if group:
-                plan.append((group, list(queues.pos), t))
+                plan.append((group, queues.mark(), t))
             elif t == 0 and not queues.any_left():
                 break
         if not plan:
             continue
-        rows, bounds = space.expand_groups([outer[g] for g, _, _ in plan])
+        groups = [outer[g] for g, _, _ in plan]
+        rows, bounds = space.expand_groups(groups) if row_bound is None else \
+            _expand_under(space, groups, row_bound, best)
         rows_seen, groups_seen = rows_seen + len(rows), groups_seen + len(plan)
         times = tr.price(rows)
         for i, (_, pos, turn) in enumerate(plan):
@@ -314,7 +456,7 @@ def _expand_in_turns(tr: _Tracker, space: FactoredSpace, queues: _Queues, turns:
                 tr.take(rows[bounds[i]:bounds[i + 1]], times[bounds[i]:bounds[i + 1]])
             if tr.best != best and i + 1 < len(plan):
                 # the groups after this one were formed with a best time that no longer holds
-                queues.pos[:] = pos
+                queues.rewind(pos)
                 for g, _, _ in plan[i + 1:]:
                     for o in g:
                         queues.expanded[o] = 0
@@ -322,6 +464,29 @@ def _expand_in_turns(tr: _Tracker, space: FactoredSpace, queues: _Queues, turns:
                 break
         else:
             depth = min(64, 2 * depth)
+
+
+def _expand_under(space: FactoredSpace, groups: list[np.ndarray], row_bound: Callable[[np.ndarray], np.ndarray],
+                  best: float) -> tuple[np.ndarray, np.ndarray]:
+    """The strategies of each group of outer rows whose bound is below `best`, each group's in order of
+    bound, and where each group starts (+ the end).
+
+    The untiled stagings (`space.expand_untiled`) are bounded first, and only those below `best` have
+    their L2 tilings (`space.tilings`) built and bounded: a tiling's bound is never below its staging's.
+    """
+    assert space.expand_untiled is not None and space.tilings is not None
+    rows, starts = space.expand_untiled(groups)
+    gid = np.repeat(np.arange(len(groups)), np.diff(starts))
+    b = row_bound(rows) if len(rows) else np.zeros(0)
+    keep = b < best
+    rows, b, gid = rows[keep], b[keep], gid[keep]
+    tiled, owner = space.tilings(rows)
+    if len(tiled):
+        rows, b = np.concatenate([rows, tiled]), np.concatenate([b, row_bound(tiled)])
+        gid = np.concatenate([gid, gid[owner]])
+    keep = np.flatnonzero(b < best)
+    keep = keep[np.lexsort((b[keep], gid[keep]))]
+    return rows[keep], np.searchsorted(gid[keep], np.arange(len(groups) + 1))
 
 
 def _by_bound(lb: np.ndarray, rng: np.random.Generator) -> np.ndarray:

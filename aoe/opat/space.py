@@ -62,6 +62,11 @@ class FactoredSpace:
     expand_impl: Callable[[int], Any] | None = None
     # a lower bound on each whole strategy's time (µs), at least its outer choice's (`bounds.py`)
     row_bound: Callable[[np.ndarray], np.ndarray] | None = None
+    # spaces whose stagings come with L2-tiling variants: `expand_many` without them, and the variants
+    # of untiled rows with the index of the row each comes from (no variant's `row_bound` is below
+    # its untiled staging's: tiling only adds waves)
+    expand_untiled: Callable[[list[np.ndarray]], tuple[np.ndarray, np.ndarray]] | None = None
+    tilings: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
 
     def member(self, rows: np.ndarray) -> np.ndarray:
         """True for rows whose outer choice is one of the space's (inner fields are not checked)."""
@@ -219,7 +224,9 @@ def matmul_space(soc: Soc, op: MatMul, seed: np.ndarray | None = None) -> Factor
     outer, lb = _sim.matmul_space(soc.native, matmul_shape(soc, op), seed)
     expand = MatmulExpander(soc, op)
     return FactoredSpace(list(MM_FIELDS), outer, expand, lb, expand.count, expand_many=expand.many,
-                         expand_impl=expand.only)
+                         expand_impl=expand.only,
+                         expand_untiled=(lambda groups: expand.many(groups, l2=False)) if expand.l2 else None,
+                         tilings=expand.tilings if expand.l2 else None)
 
 
 # --- conv ---------------------------------------------------------------------------------------

@@ -21,11 +21,12 @@ When Impl wins, the Schedule and Format steps it replaced are dropped and Impl s
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from .. import _sim
 from ..errors import AoeError
 from ..bank.schema import schema_for
 from ..graph.singleop import single_ops_graph
@@ -33,7 +34,8 @@ from ..ops import BOTH, HIGH_PERFORMANCE, IMPL_MODES, PERF_ONLY, OpCase, Variant
 from ..sim import Conv2D, MatMul, SimOp, VectorOp, default_strategy, simulate, strategy_fields
 from ..sim.heuristics import MM_FIELDS, default_vector
 from ..soc import Soc, load_soc
-from .inner import matmul_class_outer, matmul_impl_class
+from .bounds import matmul_row_bound
+from .inner import _F, matmul_class_outer, matmul_impl_class, matmul_shape
 from .search import Budget, Measure, SearchResult, as_measure, search, simulator_measure
 from .space import FactoredSpace, space_for
 
@@ -79,10 +81,30 @@ def _restricted(space: FactoredSpace, keep: Callable[[np.ndarray], np.ndarray],
 
     expand, expand_many = (members, members.many) if members is not None else \
         (lambda o: _filter(space.expand(o), keep), many)
+    # the class's untiled stagings, and their L2 tilings as the full space gives them (a tiling is in
+    # the class of its untiled staging: classes do not depend on L2 tiling)
+    untiled = (lambda groups: members.many(groups, l2=False)) \
+        if members is not None and space.expand_untiled is not None else None
     # a restricted space is at most as large as the full one (exact size would need filtering)
     return FactoredSpace(space.fields, outer, expand, lb, upper_size=space.upper_size,
                          seeds=seeds if seeds is not None and len(seeds) else None, parent=space,
-                         expand_many=expand_many, row_bound=space.row_bound)
+                         expand_many=expand_many, row_bound=space.row_bound, expand_untiled=untiled,
+                         tilings=space.tilings if untiled is not None else None)
+
+
+def _rebound(soc: Soc, op: MatMul, space: FactoredSpace) -> FactoredSpace:
+    """`space` (another layout of the same matmul) with `op`'s own bounds.
+
+    The rows depend on the shapes only, the bounds also on the layouts (ND operands pay the ND2NZ
+    conversion and short bursts): pruning a faster NZ variant with its ND twin's bounds would drop
+    strategies that beat them. CANN's default outer choices keep the launch time as their bound.
+    """
+    lb = space.lower_bound
+    if lb is not None:
+        # the outer rows come in pairs, one per iterate order, which the bound does not depend on
+        own = np.repeat(_sim.matmul_outer_bound(soc.native, matmul_shape(soc, op), space.outer[0::2]), 2)
+        lb = np.where(lb <= soc.launch_us, lb, own)
+    return replace(space, lower_bound=lb, row_bound=lambda rows: matmul_row_bound(soc, op, rows, _F))
 
 
 def _filter(rows: np.ndarray, keep: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
@@ -217,7 +239,9 @@ def tune_case(case: OpCase, soc: Soc | str, kinds: Sequence[str] = KINDS, budget
     def class_space(op: SimOp, cls: int | None) -> FactoredSpace:
         full = spaces.get(id(op))
         if full is None and isinstance(op, MatMul) and isinstance(base.sim_op, MatMul):
-            full = spaces.get(id(base.sim_op))  # a layout variant of the default matmul: same space
+            shared = spaces.get(id(base.sim_op))  # a layout variant of the default matmul: same rows
+            if shared is not None:
+                full = spaces[id(op)] = _rebound(soc, op, shared)
         if full is None:
             full = space_for(soc, op)
             spaces[id(op)] = full
