@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 _UMASK: int | None = None
 
@@ -36,9 +36,10 @@ def _default_perms(fd: int) -> None:
     os.fchmod(fd, 0o666 & ~umask())
 
 
-def atomic_replace(path: str | os.PathLike[str], data: bytes,
+def atomic_replace(path: str | os.PathLike[str], data: bytes | Iterable[bytes],
                    set_perms: Callable[[int], None] | None = None) -> os.stat_result:
-    """Replace `path` by `data` atomically and durably; `set_perms(fd)` sets the new file's mode/owner.
+    """Replace `path` by `data` (bytes, or chunks of them) atomically and durably; `set_perms(fd)` sets
+    the new file's mode/owner.
 
     Returns the new file's stat. Raises OSError (the caller words the error for its users).
     """
@@ -48,7 +49,11 @@ def atomic_replace(path: str | os.PathLike[str], data: bytes,
         with os.fdopen(fd, "wb") as f:
             # permissions first, so that they are as durable as the data when the rename lands
             (set_perms or _default_perms)(f.fileno())
-            f.write(data)
+            if isinstance(data, (bytes, bytearray, memoryview)):
+                f.write(data)
+            else:
+                for chunk in data:
+                    f.write(chunk)
             f.flush()
             os.fsync(f.fileno())
             st = os.fstat(f.fileno())

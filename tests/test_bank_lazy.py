@@ -338,3 +338,14 @@ def test_crlf_and_blank_lines_keep_their_numbers(tmp_path):
         assert bank.lookup(MM, KEYS[MM][k]).knowledge == mm_know(1)
     with pytest.warns(BankWarning, match=f"{path}:5:"):
         assert bank.lookup(MM, KEYS[MM][3]) is None
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, 4, 5, 9])
+def test_a_compaction_writes_its_lines_in_pieces_that_make_the_whole_file(tmp_path, n):
+    """`Lines.chunks` (what a compaction writes) joins to `content()` whatever the piece boundaries."""
+    from aoe.bank.jsonl import BulkLines, Lines
+
+    raw = [f'{{"i": {i}}}'.encode() for i in range(n)]
+    for lines in (Lines(tmp_path / "f.json", list(raw)), Lines(tmp_path / "f.json", BulkLines(raw))):
+        assert b"".join(lines.chunks(per=4)) == lines.content()
+        assert all(c.endswith(b"\n") for c in lines.chunks(per=4))
