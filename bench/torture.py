@@ -131,7 +131,8 @@ def run(rounds: int, jobs: int, seed: int, base: Path, budget: int = 2000) -> di
     base.mkdir(parents=True, exist_ok=True)
     (base / "bank").mkdir(exist_ok=True)
     (base / "work").mkdir(exist_ok=True)
-    (base / "aoe.ini").write_text("tuning_parallel_num = 2\n")
+    # workers from each job's first case (not after its first 0.3 s of tuning): every kill finds them
+    (base / "aoe.ini").write_text("tuning_parallel_num = 2\ninline_cpu_s = 0\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AOE_", "ASCEND_", "TUNE_", "RANK_"))}
     # the built-in bank set aside: every job tunes, so a kill finds work in flight
     env.update(TUNE_BANK_PATH=str(base / "bank"), AOE_LOCK_DIR=str(base / "locks"), AOE_SEARCH_BUDGET=str(budget),
