@@ -1,6 +1,6 @@
 """The OPAT worker pool: processes that are safe to start from any thread and die with their job.
 
-Workers come from a `forkserver` (one per process, started once, with the tuner preloaded), never from
+Workers come from a `forkserver` (one per process, started once, with numpy preloaded), never from
 a plain `fork` of the job: a fork copies whatever another thread of an embedding program holds at that
 instant (a bank file lock, a Python lock), and the child could wait for it forever. The forkserver is
 itself a fresh interpreter, so no descriptor of the job (the device lock, bank files) reaches a worker.
@@ -40,8 +40,12 @@ def _context() -> multiprocessing.context.BaseContext:
         if _CTX is None:
             if "forkserver" in multiprocessing.get_all_start_methods():
                 ctx = multiprocessing.get_context("forkserver")
-                # the forkserver imports the tuner once; each worker is a cheap fork of it
-                ctx.set_forkserver_preload(["aoe.opat.graph_tune"])
+                # The fork server imports numpy once (most of a worker's start-up); each worker is a
+                # fork of it and imports aoe itself. Not aoe in the fork server: Python 3.11's fork
+                # server puts its working directory (the job's, when it starts) first on its import
+                # path and ignores the job's, so from a source checkout it would import the unbuilt
+                # `aoe/` there and every worker would inherit that. A worker gets the job's path.
+                ctx.set_forkserver_preload(["numpy"])
             else:
                 ctx = multiprocessing.get_context("spawn")
             _CTX = ctx
