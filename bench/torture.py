@@ -193,8 +193,9 @@ def run(rounds: int, jobs: int, seed: int, base: Path, budget: int = 2000) -> di
         for h in hostile:
             t.c["hostile"] += 1
             t.finish(_aoe(base, env, *h), "hostile " + " ".join(h)[:120], ok=(0, 2))
+        # cwd: `python -m` puts it first on the import path (from a source checkout: the unbuilt aoe/)
         v = subprocess.run([sys.executable, "-m", "aoe.cli", "bank", "--tune_bank_path", str(base / "bank"), "verify"],
-                           capture_output=True, text=True, env=env, timeout=TIMEOUT)
+                           capture_output=True, text=True, env=env, timeout=TIMEOUT, cwd=base)
         if v.returncode != 0:
             t.c["bank_verify_failures"] += 1
             t.notes.append(f"bank verify: {v.stdout.strip()[-300:]} {v.stderr.strip()[-300:]}")
