@@ -182,6 +182,24 @@ double kernel_cost(const Region& g, int64_t K, int64_t split, int64_t tile, int6
     return sp[S_LAUNCH] + body + rmax + 0.25 * (rsum - rmax) + extra;
 }
 
+// The kernels of a plan: each op labelled with the smallest op index of its component over the fused
+// edges among the first `ne` of `edges` (pairs of op indices); a fixpoint, so every edge order agrees.
+void label_kernels(const int64_t* row, const int64_t* edges, int64_t ne, int64_t n, int64_t* label) {
+    for (int64_t i = 0; i < n; ++i) label[i] = i;
+    bool changed = true;
+    while (changed) {
+        changed = false;
+        for (int64_t e = 0; e < ne; ++e) {
+            if (row[e] != 1) continue;
+            const int64_t s = edges[2 * e], d = edges[2 * e + 1];
+            if (label[s] != label[d]) {
+                label[s] = label[d] = label[s] < label[d] ? label[s] : label[d];
+                changed = true;
+            }
+        }
+    }
+}
+
 // Times of `count` plans (rows of ne + 3 ints) into out.
 void evaluate_plans(const Region& g, const int64_t* plans, int64_t count, double* out) {
     const int64_t n = g.n, ne = g.ne, width = ne + 3;
@@ -199,21 +217,7 @@ void evaluate_plans(const Region& g, const int64_t* plans, int64_t count, double
             continue;
         }
         // kernels = components of the fused edges (label = smallest op index)
-        for (int64_t i = 0; i < n; ++i) label[i] = i;
-        bool changed = true;
-        while (changed) {
-            changed = false;
-            for (int64_t e = 0; e < ne; ++e) {
-                if (row[e] != 1) continue;
-                const int64_t a = label[g.src(e)], b = label[g.dst(e)];
-                if (a != b) {
-                    const int64_t lo = a < b ? a : b;
-                    label[g.src(e)] = lo;
-                    label[g.dst(e)] = lo;
-                    changed = true;
-                }
-            }
-        }
+        label_kernels(row.data(), g.edges.data(), ne, n, label.data());
         for (int64_t e = 0; e < ne; ++e)
             if (row[e] == 0 && label[g.src(e)] == label[g.dst(e)]) ok = false;
         if (!ok) {
@@ -290,21 +294,7 @@ void complete_plans(int64_t* plans, int64_t count, int64_t width, int64_t k, con
     std::vector<int64_t> label(n);
     for (int64_t p = 0; p < count; ++p) {
         int64_t* row = plans + p * width;
-        for (int64_t i = 0; i < n; ++i) label[i] = i;
-        bool changed = true;
-        while (changed) {
-            changed = false;
-            for (int64_t e = 0; e < k; ++e) {
-                if (row[e] != 1) continue;
-                const int64_t a = label[edges[2 * e]], b = label[edges[2 * e + 1]];
-                if (a != b) {
-                    const int64_t lo = a < b ? a : b;
-                    for (int64_t i = 0; i < n; ++i)
-                        if (label[i] == a || label[i] == b) label[i] = lo;
-                    changed = true;
-                }
-            }
-        }
+        label_kernels(row, edges, k, n, label.data());
         for (int64_t e = k; e < ne; ++e) row[e] = label[edges[2 * e]] == label[edges[2 * e + 1]] ? 1 : 0;
     }
 }

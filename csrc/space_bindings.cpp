@@ -69,6 +69,33 @@ py::tuple outer_space(Build build, int nf, const I64& seed) {
     return py::make_tuple(rows, bound);
 }
 
+// The `keys` and `stagings` methods every staging expander has: the class key of each of `nf`-field
+// outer rows (`S::Key`), and one class's stagings (`S::NS` values each).
+template <class S>
+void bind_classes(py::class_<S>& c, int nf, const char* keys_doc, const char* stagings_doc) {
+    c.def(
+         "keys",
+         [nf](const S& self, const I64& outer) {
+             const int64_t n = rows_of(outer, nf, "outer rows");
+             std::vector<int64_t> out;
+             for (int64_t i = 0; i < n; ++i) {
+                 const auto k = self.key(outer.data() + i * nf);
+                 out.insert(out.end(), k.begin(), k.end());
+             }
+             return give(std::move(out), {py::ssize_t(n), py::ssize_t(std::tuple_size<typename S::Key>::value)});
+         },
+         py::arg("outer"), keys_doc)
+        .def(
+            "stagings",
+            [](S& self, const typename S::Key& key) {
+                self.check(key);
+                std::vector<int64_t> v = self.stagings(key);
+                const auto k = py::ssize_t(v.size() / S::NS);
+                return give(std::move(v), {k, S::NS});
+            },
+            py::arg("key"), stagings_doc);
+}
+
 py::array_t<int64_t> group_bounds(const std::vector<int64_t>& rows_per_group) {
     std::vector<int64_t> b(rows_per_group.size() + 1, 0);
     for (size_t i = 0; i < rows_per_group.size(); ++i) b[i + 1] = b[i] + rows_per_group[i];
@@ -170,9 +197,9 @@ void bind(py::module_& m) {
         "(the matmul outer rows of implementation class `cls` once their default staging is moved into it, "
         "which rows they are)");
 
-    py::class_<ConvStagings>(m, "ConvStagings",
-                             "Every legal, undominated L1 staging of conv outer rows (each class derived once).")
-        .def(py::init([](const I64& shape, int64_t l1) {
+    py::class_<ConvStagings> conv(m, "ConvStagings",
+                             "Every legal, undominated L1 staging of conv outer rows (each class derived once).");
+    conv.def(py::init([](const I64& shape, int64_t l1) {
                  return new ConvStagings(conv_shape(vec_of(shape, CONV_SHAPE_LEN, "a conv shape"), CONV_SHAPE_LEN),
                                          l1);
              }),
@@ -220,27 +247,6 @@ void bind(py::module_& m) {
             },
             py::arg("outer"), "How many stagings the outer rows have in all.")
         .def(
-            "keys",
-            [](const ConvStagings& self, const I64& outer) {
-                const int64_t n = rows_of(outer, CONV_NF, "outer rows");
-                std::vector<int64_t> out;
-                for (int64_t i = 0; i < n; ++i) {
-                    const auto k = self.key(outer.data() + i * CONV_NF);
-                    out.insert(out.end(), k.begin(), k.end());
-                }
-                return give(std::move(out), {py::ssize_t(n), 6});
-            },
-            py::arg("outer"), "The class key of each outer row: hoL0, rows per core, kL0, nDim (dW) or 0, woL0, nL0.")
-        .def(
-            "stagings",
-            [](ConvStagings& self, const ConvStagings::Key& key) {
-                self.check(key);
-                std::vector<int64_t> v = self.stagings(key);
-                const auto k = py::ssize_t(v.size() / ConvStagings::NS);
-                return give(std::move(v), {k, ConvStagings::NS});
-            },
-            py::arg("key"), "A class's stagings: hoL1, kAL1, kBL1, pBufferFlag, iterateMNOrder.")
-        .def(
             "l1_bytes",
             [](const ConvStagings& self, const ConvStagings::Key& key, const I64& st) {
                 self.check(key);
@@ -255,11 +261,14 @@ void bind(py::module_& m) {
             },
             py::arg("key"), py::arg("stagings"),
             "L1 bytes of a class's stagings (hoL1, kAL1, kBL1, L1 ping-pong of A, of B) as the simulator counts them.");
+    bind_classes(conv, CONV_NF,
+                 "The class key of each outer row: hoL0, rows per core, kL0, nDim (dW) or 0, woL0, nL0.",
+                 "A class's stagings: hoL1, kAL1, kBL1, pBufferFlag, iterateMNOrder.");
 
-    py::class_<MmStagings>(m, "MatmulStagings",
+    py::class_<MmStagings> mm(m, "MatmulStagings",
                            "Every legal, undominated staging (and L2 tiling) of matmul outer rows, from the staging "
-                           "template (each class derived once); `impl` >= 0 keeps one implementation class.")
-        .def(py::init([](const I64& shape, int64_t l1, const I64& tmpl, const I64& up_a, const I64& up_b, int impl) {
+                           "template (each class derived once); `impl` >= 0 keeps one implementation class.");
+    mm.def(py::init([](const I64& shape, int64_t l1, const I64& tmpl, const I64& up_a, const I64& up_b, int impl) {
                  return new MmStagings(mm_shape(vec_of(shape, MM_SHAPE_LEN, "a matmul shape"), MM_SHAPE_LEN), l1,
                                        to_vector(tmpl), to_vector(up_a), to_vector(up_b), impl);
              }),
@@ -301,11 +310,8 @@ void bind(py::module_& m) {
             [](const MmStagings& self, const I64& rows) {
                 std::vector<int64_t> out, owner;
                 self.tilings(rows.data(), rows_of(rows, MM_NF, "untiled rows"), out, owner);
-                py::array_t<int64_t> t({py::ssize_t(owner.size()), py::ssize_t(MM_NF)});
-                std::copy(out.begin(), out.end(), t.mutable_data());
-                py::array_t<int64_t> o(py::ssize_t(owner.size()));
-                std::copy(owner.begin(), owner.end(), o.mutable_data());
-                return py::make_tuple(t, o);
+                const auto n = py::ssize_t(owner.size());
+                return py::make_tuple(give(std::move(out), {n, py::ssize_t(MM_NF)}), give(std::move(owner), {n}));
             },
             py::arg("rows"), "The L2 tiling variants of untiled rows (cut by cut, order by order) and the row each comes from.")
         .def(
@@ -314,28 +320,9 @@ void bind(py::module_& m) {
                 return self.count(outer.data(), rows_of(outer, MM_NF, "outer rows"), limit);
             },
             py::arg("outer"), py::arg("limit") = -1,
-            "Size of `expand(outer)`; with a limit >= 0 it stops after the 2048 distinct rows that pass it.")
-        .def(
-            "keys",
-            [](const MmStagings& self, const I64& outer) {
-                const int64_t n = rows_of(outer, MM_NF, "outer rows");
-                std::vector<int64_t> out;
-                for (int64_t i = 0; i < n; ++i) {
-                    const auto k = self.key(outer.data() + i * MM_NF);
-                    out.insert(out.end(), k.begin(), k.end());
-                }
-                return give(std::move(out), {py::ssize_t(n), 7});
-            },
-            py::arg("outer"), "The class key of each outer row: baseM/N/K, mIter, nIter (capped), kIter, split-K.")
-        .def(
-            "stagings",
-            [](MmStagings& self, const MmStagings::Key& key) {
-                self.check(key);
-                std::vector<int64_t> v = self.stagings(key);
-                const auto k = py::ssize_t(v.size() / MmStagings::NS);
-                return give(std::move(v), {k, MmStagings::NS});
-            },
-            py::arg("key"), "A class's stagings: stepKa, stepKb, stepM, stepN, iterateOrder, depthA1, depthB1.");
+            "Size of `expand(outer)`; with a limit >= 0 it stops after the 2048 distinct rows that pass it.");
+    bind_classes(mm, MM_NF, "The class key of each outer row: baseM/N/K, mIter, nIter (capped), kIter, split-K.",
+                 "A class's stagings: stepKa, stepKb, stepM, stepN, iterateOrder, depthA1, depthB1.");
 }
 
 }  // namespace space
