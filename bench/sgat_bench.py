@@ -1,10 +1,14 @@
 """SGAT benchmark: evaluator throughput, search quality, whole-graph tuning of the zoo. Prints one JSON line.
 
-    python bench/sgat_bench.py
+    python bench/sgat_bench.py [--parts throughput,models,quality]
 
-- `evaluator_plans_per_s`: plan evaluations per second on one core (the native evaluator), over the
-  whole plan space of BERT-base's largest distinct subgraph, best of 3 rounds, evaluator call only;
-  `search_plans_per_s` includes the Python around it (enumerating plans, picking the best).
+- `evaluator`: plan evaluations per second (and CPU seconds per million plans) over the whole plan
+  space of BERT-base's largest distinct subgraph (tiled to 262,144 plans), best of 3 rounds, evaluator
+  call only: the Numba evaluator on one thread, its prange version on 1 and on Numba's threads (2 on
+  a 2-core machine), and the C++ evaluator it replaced when the build still has it;
+  `evaluator_small_batches`: the same at 64..16,384 plans (where prange starts to pay: PARALLEL_MIN);
+  `evaluator_plans_per_s` is the one-thread Numba figure; `search_plans_per_s` includes the Python
+  around it (enumerating plans, picking the best).
 - `search_quality`: the beam search (used above 65,536 plans) against the exhaustive optimum on
   every distinct subgraph of both graphs.
 - `models`: every zoo model (bert_base, resnet50, mobilenet_v2, gpt2 at their default input shapes)
@@ -15,18 +19,32 @@
 """
 from __future__ import annotations
 
+import argparse
 import json
-import os
 import sys
 import time
 
 import numpy as np
 
 
-def _throughput() -> dict[str, float]:
+def _rate(fn: object, plans: np.ndarray, rounds: int = 3) -> dict[str, float]:
+    """Plans per second of fn(plans) (best of `rounds` by wall time) and its CPU seconds per M plans."""
+    fn(plans[:4])  # the first call (compilation, thread start-up) outside the timing
+    best, cpu = float("inf"), float("inf")
+    for _ in range(rounds):
+        t, c = time.perf_counter(), time.process_time()
+        fn(plans)
+        best, cpu = min(best, time.perf_counter() - t), min(cpu, time.process_time() - c)
+    return {"plans_per_s": round(len(plans) / best), "cpu_s_per_m_plans": round(cpu / len(plans) * 1e6, 3)}
+
+
+def _throughput() -> dict[str, object]:
+    import numba
+
     import aoe.graph
+    from aoe import _sim
     from aoe.sgat import prepare
-    from aoe.sgat.evaluator import evaluate
+    from aoe.sgat.evaluator import evaluate_arrays
     from aoe.sgat.search import all_plans, exhaustive
     from aoe.soc import load_soc
 
@@ -35,16 +53,29 @@ def _throughput() -> dict[str, float]:
     rd = max((c.rd for c in prep.cases), key=lambda r: (r.n_plans, r.n))
     space = all_plans(rd)
     plans = np.tile(space, (max(1, 262144 // len(space)), 1))  # a steady-state batch
-    evaluate(rd, plans[:4])  # the first call, outside the timing
-    best = float("inf")
-    for _ in range(3):
-        t = time.perf_counter()
-        evaluate(rd, plans)
-        best = min(best, time.perf_counter() - t)
+    arrays = rd.arrays()
+    rates: dict[str, object] = {}
+    if hasattr(_sim, "sgat_evaluate"):  # the C++ evaluator, in builds before its deletion
+        rates["cpp_1_thread"] = _rate(lambda p: _sim.sgat_evaluate(p, *arrays), plans)
+    threads = numba.get_num_threads()
+    rates["numba_1_thread"] = _rate(lambda p: evaluate_arrays(p, *arrays, parallel=False), plans)
+    for k in sorted({1, min(2, threads), threads}):
+        numba.set_num_threads(k)
+        rates[f"numba_prange_{k}_threads"] = _rate(lambda p: evaluate_arrays(p, *arrays, parallel=True), plans)
+    numba.set_num_threads(threads)
+    # where prange starts to pay: small batches, one thread against Numba's threads
+    small: dict[str, object] = {}
+    for n in (64, 1024, 4096, 16384):
+        one = _rate(lambda p: evaluate_arrays(p, *arrays, parallel=False), plans[:n], rounds=20)
+        par = _rate(lambda p: evaluate_arrays(p, *arrays, parallel=True), plans[:n], rounds=20)
+        small[str(n)] = {"numba_1_thread": one["plans_per_s"], f"numba_prange_{threads}_threads": par["plans_per_s"]}
     t = time.perf_counter()
     exhaustive(rd)
     search_s = time.perf_counter() - t
-    return {"evaluator_plans_per_s": round(len(plans) / best), "search_plans_per_s": round(len(space) / search_s),
+    return {"evaluator": rates, "evaluator_small_batches": small, "numba_threads": threads,
+            "numba_threading_layer": numba.threading_layer(),
+            "evaluator_plans_per_s": rates["numba_1_thread"]["plans_per_s"],
+            "search_plans_per_s": round(len(space) / search_s),
             "throughput_batch": len(plans), "throughput_subgraph_plans": len(space),
             "throughput_subgraph_kernels": rd.n}
 
@@ -100,17 +131,28 @@ def _beam_quality() -> dict[str, float]:
 
 def main() -> None:
     """Run the benchmark and print one JSON line."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--parts", default="throughput,models,quality", help="comma-separated parts to run")
+    parts = set(ap.parse_args().parts.split(","))
     t = time.perf_counter()
     from aoe.sgat import evaluator  # noqa: F401  (import cost counted in warm-up)
-    out: dict[str, object] = {"soc": "Ascend910A", "cpus": os.cpu_count()}
-    out.update(_throughput())
-    out["warmup_s"] = round(time.perf_counter() - t, 3)
-    wall, cpu = time.perf_counter(), time.process_time()
-    out["models"] = _models()
-    out["models_wall_s"] = round(time.perf_counter() - wall, 3)
-    out["models_cpu_s"] = round(time.process_time() - cpu, 3)
-    out["search_quality"] = _beam_quality()
-    out["goals"] = {"evaluator_plans_per_s": 1_000_000, "sgat_wall_s_max": 10.0}
+    from job_bench import machine  # bench/ is on the path when run as a script
+
+    flags = next((ln.split(":", 1)[1].split() for ln in open("/proc/cpuinfo") if ln.startswith("flags")), [])
+    out: dict[str, object] = {"soc": "Ascend910A", **machine(), "machine_shared": True,
+                              "cpu_vector_flags": [f for f in ("avx2", "fma", "avx512f") if f in flags]}
+    if "throughput" in parts:
+        out.update(_throughput())
+        out["warmup_s"] = round(time.perf_counter() - t, 3)
+    if "models" in parts:
+        wall, cpu = time.perf_counter(), time.process_time()
+        out["models"] = _models()
+        out["models_wall_s"] = round(time.perf_counter() - wall, 3)
+        out["models_cpu_s"] = round(time.process_time() - cpu, 3)
+    if "quality" in parts:
+        out["search_quality"] = _beam_quality()
+    out["goals"] = {"evaluator_plans_per_s": 1_000_000, "sgat_wall_s_max": 10.0,
+                    "numba_prange_2_threads_vs_cpp_1_thread": ">= 1"}
     json.dump(out, sys.stdout, separators=(",", ":"))
     sys.stdout.write("\n")
 

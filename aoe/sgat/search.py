@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import _sim
-from .evaluator import S_L2CAP, evaluate, kernel_costs, unfused_plan
+from .evaluator import S_L2CAP, complete, evaluate, kernel_costs, unfused_plan
 from .model import N_SPLITS, N_TILES, RegionData
 
 EXHAUSTIVE_LIMIT = 65536
@@ -119,11 +118,9 @@ def dp_chain(rd: RegionData) -> SearchResult:
 
 
 def _complete(plans: np.ndarray, k: int, edges: np.ndarray, n: int) -> np.ndarray:
-    """Fill edges k.. of each plan: fused iff its ends are already in one kernel (native, in place when
+    """Fill edges k.. of each plan: fused iff its ends are already in one kernel (compiled, in place when
     `plans` already is a C-contiguous int64 array); returns the plans."""
-    plans = np.ascontiguousarray(plans, dtype=np.int64)
-    _sim.sgat_complete(plans, int(k), np.ascontiguousarray(edges, dtype=np.int64), int(n))
-    return plans
+    return complete(plans, k, edges, n)
 
 
 def beam(rd: RegionData, width: int = 32) -> SearchResult:
