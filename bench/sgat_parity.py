@@ -7,10 +7,11 @@ after this comparison: commit "sgat: C++ evaluator deleted"); without it the scr
 
 Every distinct subgraph (region) of every zoo model (resnet50, bert_base, mobilenet_v2, gpt2 at their
 default input shapes), inference and training graphs, on Ascend910A, Ascend310P3 and Ascend910B2:
-- plans: the whole plan space when it has at most `--space` plans, else `--sample` random plans
-  (random edge bits, split, tile and L2 flag, values out of range included) and `--sample` random
-  consistent plans (random partial plans completed by the plan completion), both priced by both;
-- completions: the completed plans above, compared before pricing (C++ `sgat_complete` vs Numba);
+- plans: the whole plan space when it has at most `--space` plans (every zoo region has at most
+  65,536), else `--sample` random plans (random edge bits, split, tile and L2 flag, values out of
+  range included); priced by the C++, by Numba on one thread and by Numba's prange version;
+- completions: `--sample` random partial plans per region completed by both (C++ `sgat_complete` vs
+  Numba), then the completed (consistent) plans priced by both as above;
 - kernels: `kernel_costs` of every op subset (up to 4096 random ones) at every (split, tile, L2).
 A mismatch is any float64 whose bits differ (NaN included); `mismatches` must be all zero.
 With `--golden`, a sample of the C++ outputs (inputs and outputs, a few hundred kB compressed) is saved
@@ -83,22 +84,19 @@ def compare(rd: object, rng: np.random.Generator, space: int, sample: int) -> di
     c = {"plans": 0, "plan_mismatches": 0, "completions": 0, "completion_mismatches": 0, "kernels": 0,
          "kernel_mismatches": 0}
     arrays = rd.arrays()
-    batches = []
-    if rd.n_plans <= space:
-        batches.append(all_plans(rd))
-    else:
-        batches.append(_random_plans(rd, rng, sample))
-        part = _random_plans(rd, rng, sample)
-        part[:, rd.n_edges:] = np.clip(part[:, rd.n_edges:], 0, [1, 7, 1])
-        ks = rng.integers(0, rd.n_edges + 1, sample)
-        for k in np.unique(ks):
-            rows = part[ks == k]
-            a, b = rows.copy(), rows.copy()
-            _sim.sgat_complete(a, int(k), rd.edges, rd.n)
-            evaluator.complete(b, int(k), rd.edges, rd.n)
-            c["completions"] += len(rows)
-            c["completion_mismatches"] += int(np.count_nonzero((a != b).any(axis=1)))
-            batches.append(a)
+    batches = [all_plans(rd)] if rd.n_plans <= space else [_random_plans(rd, rng, sample)]
+    # completions of random partial plans (every region), then priced like the plans
+    part = _random_plans(rd, rng, sample)
+    part[:, rd.n_edges:] = np.clip(part[:, rd.n_edges:], 0, [1, 7, 1])
+    ks = rng.integers(0, rd.n_edges + 1, sample)
+    for k in np.unique(ks):
+        rows = part[ks == k]
+        a, b = rows.copy(), rows.copy()
+        _sim.sgat_complete(a, int(k), rd.edges, rd.n)
+        evaluator.complete(b, int(k), rd.edges, rd.n)
+        c["completions"] += len(rows)
+        c["completion_mismatches"] += int(np.count_nonzero((a != b).any(axis=1)))
+        batches.append(a)
     for plans in batches:
         for s in range(0, len(plans), 262144):
             chunk = plans[s:s + 262144]
@@ -133,14 +131,15 @@ def golden(regs: list[tuple[str, object]], path: Path, per_region: int = 400) ->
         e = rd.n_edges
         part = _random_plans(rd, rng, per_region)
         k = int(rng.integers(0, e + 1))
-        done = part.copy()
-        done[:, e:] = np.clip(done[:, e:], 0, [1, 7, 1])
+        start = part.copy()
+        start[:, e:] = np.clip(start[:, e:], 0, [1, 7, 1])
+        done = start.copy()
         _sim.sgat_complete(done, k, rd.edges, rd.n)
         plans = np.concatenate([part[: per_region // 4], done])
         items[f"r{j}_plans"] = plans.astype(np.int8)
         items[f"r{j}_times"] = _sim.sgat_evaluate(plans, *rd.arrays())
         items[f"r{j}_complete_k"] = np.array([k])
-        items[f"r{j}_complete_in"] = part.astype(np.int8)
+        items[f"r{j}_complete_in"] = start.astype(np.int8)
         items[f"r{j}_complete_out"] = done.astype(np.int8)
         full = (1 << rd.n) - 1
         masks = rng.integers(1, full + 1, 64)
@@ -158,8 +157,8 @@ def golden(regs: list[tuple[str, object]], path: Path, per_region: int = 400) ->
 def main() -> None:
     """Compare both evaluators on every zoo region; print one JSON line; exit 1 on any mismatch."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--space", type=int, default=1 << 17, help="whole plan space up to this many plans")
-    ap.add_argument("--sample", type=int, default=100_000, help="random plans (and completions) per larger region")
+    ap.add_argument("--space", type=int, default=1 << 16, help="whole plan space up to this many plans")
+    ap.add_argument("--sample", type=int, default=5000, help="random completions per region (and random plans per larger region)")
     ap.add_argument("--golden", type=Path, help="save a sample of the C++ outputs here (npz)")
     args = ap.parse_args()
     from aoe import _sim

@@ -16,6 +16,10 @@ from aoe.graph.singleop import single_ops_graph  # noqa: F401 - re-exported for 
 
 # Every variable that steers a job; the environment fixtures remove them so the developer's shell
 # (or another test) cannot change what a test sees.
+# the compiled SGAT evaluator (Numba) is cached once for the session, also for the jobs run with an
+# isolated HOME below (tests/test_sgat_numba.py sets its own, empty cache directories)
+os.environ.setdefault("NUMBA_CACHE_DIR", str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+                                             / "aoe" / "numba"))
 JOB_ENV = ("AOE_MODE", "ASCEND_DEVICE_ID", "TUNE_BANK_PATH", "ASCEND_CACHE_PATH", "ASCEND_WORK_PATH",
            "TE_PARALLEL_COMPILER", "REPEAT_TUNE", "AOE_CONFIG", "AOE_DEVICE_COUNT", "AOE_SEARCH_BUDGET",
            "AOE_LOCK_DIR", "AOE_STOP_GRACE", "AOE_BUILTIN_BANK")
