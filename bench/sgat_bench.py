@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -136,7 +137,8 @@ def main() -> None:
     parts = set(ap.parse_args().parts.split(","))
     t = time.perf_counter()
     from aoe.sgat import evaluator  # noqa: F401  (import cost counted in warm-up)
-    from job_bench import machine  # bench/ is on the path when run as a script
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench/ is not a package
+    from job_bench import machine
 
     flags = next((ln.split(":", 1)[1].split() for ln in open("/proc/cpuinfo") if ln.startswith("flags")), [])
     out: dict[str, object] = {"soc": "Ascend910A", **machine(), "machine_shared": True,

@@ -186,7 +186,6 @@ py::tuple times_with(const std::string& isa, const SoC& soc, int kind, const I64
 
 }  // namespace
 
-void bind_sgat(py::module_& m);  // csrc/sgat.cpp: the SGAT fusion-plan evaluator
 void register_bank_scan(py::module_& m);  // csrc/bank_lookup.cpp: the operator bank's native lookup
 
 PYBIND11_MODULE(_sim, m) {
@@ -271,7 +270,6 @@ PYBIND11_MODULE(_sim, m) {
     m.def("simulate_batch", &simulate_batch, py::arg("soc"), py::arg("kind"), py::arg("op"),
           py::arg("strategies"), py::arg("threads") = 1,
           "Full result (time, reason, busy per pipe, HBM/L2 bytes, bound unit) of every strategy row.");
-    bind_sgat(m);
     register_bank_scan(m);
     aoesim::space::bind(m);
 }

@@ -1,5 +1,5 @@
 """The SGAT fusion-plan evaluator on hand-made subgraphs: costs worked out by hand from the formulas of
-aoe/sgat/evaluator.py, each rule that makes a plan invalid on its own, and the native binding's checks.
+aoe/sgat/evaluator.py, each rule that makes a plan invalid on its own, and the evaluator's argument checks.
 
 tests/test_sgat.py covers the evaluator on the zoo's real subgraphs (unfused plans, inconsistent and
 non-convex plans, barriers under the row split, a tiny UB, separated SoCs, batch = one by one).
@@ -11,8 +11,7 @@ import threading
 import numpy as np
 import pytest
 
-from aoe import _sim
-from aoe.sgat.evaluator import evaluate, kernel_costs
+from aoe.sgat.evaluator import evaluate, evaluate_arrays, kernel_costs
 from aoe.sgat.model import (
     BARRIER, BYTES, CROWS, CUBE, MINTILE, N_EDGEF, N_OPF, N_SOCP, READB, ROW, S_CUBE_CORES, S_HANDOFF_US,
     S_HBM_BPUS, S_INSTR_US, S_L0C, S_L1, S_L2_BPUS, S_L2CAP, S_LAT_US, S_LAUNCH, S_SEPARATED, S_TILE_US, S_UB,
@@ -110,29 +109,29 @@ def test_each_rule_that_makes_a_plan_invalid() -> None:
     assert _t(_pair(l2cap=4000.0), 0, 0, 0, 0) == 18.0 and _t(_pair(l2cap=4096.0), 0, 0, 0, 1) == 16.5
 
 
-def test_the_binding_checks_its_arrays() -> None:
+def test_the_evaluator_checks_its_arrays() -> None:
     rd = _pair()
     args = list(rd.arrays())
     plans = np.zeros((3, rd.plan_width), dtype=np.int64)
     with pytest.raises(TypeError, match="plans must be a numpy array of int64, got float64"):
-        _sim.sgat_evaluate(plans.astype(np.float64), *args)
+        evaluate_arrays(plans.astype(np.float64), *args)
     with pytest.raises(ValueError, match=r"plans must have shape \(\?, 4\)"):
-        _sim.sgat_evaluate(np.zeros((3, 5), dtype=np.int64), *args)
+        evaluate_arrays(np.zeros((3, 5), dtype=np.int64), *args)
     for i, name in enumerate(("edges", "opf", "edgef", "tens", "tensf", "reach", "anc", "socp")):
         bad = list(args)
         bad[i] = args[i][..., :-1]                          # one column (or entry) short
         with pytest.raises(ValueError, match=name):
-            _sim.sgat_evaluate(plans, *bad)
+            evaluate_arrays(plans, *bad)
     bad = list(args)
     bad[1] = np.asfortranarray(rd.opf)
     with pytest.raises(ValueError, match="opf must be C-contiguous"):
-        _sim.sgat_evaluate(plans, *bad)
+        evaluate_arrays(plans, *bad)
     for i, value, what in ((0, 2, "edge end 2"), (3, -1, "tensor producer -1")):
         bad = list(args)
         bad[i] = args[i].copy()
         bad[i][0, 0] = value
         with pytest.raises(ValueError, match=what):
-            _sim.sgat_evaluate(plans, *bad)
+            evaluate_arrays(plans, *bad)
     big = RegionData(17, np.zeros((0, 2), dtype=np.int64), np.ones((17, N_OPF)), np.zeros((0, N_EDGEF)),
                      np.zeros((0, 2), dtype=np.int64), np.zeros((0, 2)), np.ones(17, dtype=np.int64),
                      np.ones(17, dtype=np.int64), rd.socp)

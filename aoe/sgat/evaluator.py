@@ -79,9 +79,10 @@ UB_ALIGN = 32.0           # bytes: UB tiles (and strided column blocks) are 32-b
 # the numbers _jit.py repeats (Numba's cache is keyed by that file alone): columns, plan fields, constants
 _LAYOUT = {k: v for k, v in globals().items() if k.isupper() and type(v) in (int, float) and k != "INF"}
 
-# batches at least this large are priced on Numba's threads (bench/sgat_bench.py: below it the
-# threads' start-up costs more than they save)
-PARALLEL_MIN = 4096
+# batches at least this large are priced on Numba's threads: below it waking the threads costs more
+# than they save (bench/sgat_bench.py's evaluator_small_batches, 2026-12-06 on a loaded 2-core VM:
+# prange lost 6x at 4,096 plans and broke even near 16,384)
+PARALLEL_MIN = 16384
 
 _load_lock = threading.Lock()
 _jit: ModuleType | None = None

@@ -37,9 +37,9 @@ from ..ops import describe
 from ..soc import Soc
 from .partition import Subgraph, is_cube
 
-# The array layout (column indices, plan fields) lives in evaluator.py, beside the native evaluator
-# it describes (csrc/sgat.cpp holds the same numbers; evaluator.py refuses to load if they differ).
-# Re-exported from here.
+# The array layout (column indices, plan fields) lives in evaluator.py, beside the evaluator it
+# describes (its Numba code, _jit.py, holds the same numbers; evaluator.py refuses to load it if they
+# differ). Re-exported from here.
 from .evaluator import (  # noqa: F401 - the layout names the other modules and tests import from here
     BARRIER, BYTES, C, CROWS, CRUN, CUBE, EMAIN, HALO, M, MAX_KERNELS, MINTILE,
     N_EDGEF, N_OPF, N_SOCP, N_SPLITS, N_TILES, OUTB, READB, RED, ROW, S_CUBE_CORES, S_HANDOFF_US, S_HBM_BPUS,
@@ -117,7 +117,7 @@ class RegionData:
         return float(self.opf[:, T].sum())
 
     def arrays(self) -> tuple[Any, ...]:
-        """Arguments of the native evaluator (`aoe._sim.sgat_evaluate`) after the plans."""
+        """Arguments of the evaluator (`evaluator.evaluate_arrays`) after the plans."""
         return (self.edges, self.opf, self.edgef, self.tens, self.tensf, self.reach, self.anc, self.socp)
 
 
