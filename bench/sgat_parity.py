@@ -158,7 +158,8 @@ def main() -> None:
     """Compare both evaluators on every zoo region; print one JSON line; exit 1 on any mismatch."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--space", type=int, default=1 << 16, help="whole plan space up to this many plans")
-    ap.add_argument("--sample", type=int, default=5000, help="random completions per region (and random plans per larger region)")
+    ap.add_argument("--sample", type=int, default=5000,
+                    help="random completions per region (and random plans per larger region)")
     ap.add_argument("--golden", type=Path, help="save a sample of the C++ outputs here (npz)")
     args = ap.parse_args()
     from aoe import _sim

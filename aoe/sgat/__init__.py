@@ -7,8 +7,8 @@ tile, and what stays on chip — searched per subgraph against a Numba-compiled 
     default_ms, with_bank_ms, unfused_ms = apply_bank(graph, "Ascend910A", path)
 
 Layers: `partition` (fusion regions) -> `model` (per-op costs from the C++ simulator, once) ->
-`evaluator` (plans -> times, batched, Numba: loaded on the first plan priced) -> `default_fusion` (the compiler's own fusion: the
-baseline plan) -> `search` (dp / exhaustive / beam) -> `keys`
+`evaluator` (plans -> times, batched, Numba: loaded on the first plan priced) -> `default_fusion`
+(the compiler's own fusion: the baseline plan) -> `search` (dp / exhaustive / beam) -> `keys`
 (repo_key, stored plan) -> `tune` (bank decision via aoe.bank.decision; the tuner contract of
 `aoe.tuning`) -> `report`.
 """
