@@ -3,6 +3,7 @@ per core, not slower on the bigger chip of a family, depthwise convolutions on C
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -96,16 +97,11 @@ def test_filter_gradient_of_a_7x7_map_is_not_split_over_its_rows():
 
 
 def test_bigger_chip_not_slower(zoo_cases, default_times):
-    """Ascend910B2 is Ascend910B3 with 24 instead of 20 AIC (48 vs 40 AIV): its default is not slower.
-
-    Tolerance: a different core count changes how shares round into tiles and how many cores share
-    the HBM, which the simulator charges per busiest core; we allow 10% on any case and 5% on 95% of
-    them (measured: bench/default_sanity.py).
-    """
+    """Ascend910B2 is Ascend910B3 with 24 instead of 20 AIC (48 vs 40 AIV): its default is never slower
+    (rules M4, C5, V4: the fastest of the rules' tilings over every core budget up to the SoC's)."""
     ratios = [default_times[("Ascend910B2", i)] / default_times[("Ascend910B3", i)] for i in range(len(zoo_cases))]
     worst = max(range(len(ratios)), key=ratios.__getitem__)
-    assert ratios[worst] <= 1.10, (zoo_cases[worst].op_type, zoo_cases[worst].default.sim_op)
-    assert sum(r > 1.05 for r in ratios) <= 0.05 * len(ratios)
+    assert ratios[worst] <= 1 + 1e-9, (ratios[worst], zoo_cases[worst].op_type, zoo_cases[worst].default.sim_op)
 
 
 @st.composite
@@ -180,3 +176,49 @@ def test_default_property(op, soc):
     if isinstance(op, sim.Conv2D):
         hd, pixels = _spatial_share(op, r.strategy)
         assert hd == 1 or pixels >= 16
+
+
+def _random_op(rng: random.Random) -> sim.SimOp:
+    """A random operator: elementwise (optimizer updates over weights too), reductions and rows, matmul, conv."""
+    def log_int(lo: int, hi: int) -> int:
+        return max(lo, min(hi, int(round(lo * (hi / lo) ** rng.random()))))
+    fam, dtype = rng.random(), rng.choice(("float16", "float32"))
+    if fam < 0.25:
+        shape = (log_int(1, 50000), rng.choice((64, 768, 1024, 4096, 11008))) if rng.random() < 0.6 \
+            else tuple(log_int(1, 512) for _ in range(rng.randint(1, 4)))
+        return sim.VectorOp(rng.choice(("ApplyAdamD", "Add", "Gelu", "Cast", "Relu")), shape, dtype=dtype)
+    if fam < 0.5:
+        shape = tuple(log_int(1, 4096) for _ in range(rng.randint(2, 3)))
+        kind = rng.choice(("ReduceSumD", "ReduceMeanD", "SoftmaxV2", "LayerNorm"))
+        axes = (0,) if kind.startswith("Reduce") and rng.random() < 0.4 else (len(shape) - 1,)
+        return sim.VectorOp(kind, shape, dtype=dtype, axes=axes)
+    if fam < 0.75:
+        return sim.MatMul(m=log_int(1, 16384), n=log_int(1, 16384), k=log_int(1, 16384),
+                          batch=rng.choice((1, 1, 4, 32)), dtype=rng.choice(("float16", "bfloat16", "float32")),
+                          trans_a=rng.random() < 0.3, trans_b=rng.random() < 0.5)
+    k = rng.choice((1, 3, 5, 7))
+    hw, c = log_int(max(k, 4), 224), rng.choice((3, 16, 64, 256, 1024))
+    return sim.Conv2D(x=(rng.choice((1, 8, 32, 64)), c, hw, hw),
+                      weight=(rng.choice((16, 64, 256, 1024)), c, k, k), strides=(rng.choice((1, 2)),) * 2,
+                      pads=(k // 2,) * 4,
+                      op_type=rng.choice(("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter")))
+
+
+@pytest.mark.parametrize("small, factor", [("Ascend910B3", 1.2), ("Ascend910B3", 1.5), ("Ascend310P3", 1.5)])
+def test_more_cores_never_slower(small, factor):
+    """The same chip with more cores (AIC and AIV; clocks, buffers and HBM equal) never runs the default
+    slower: CANN picks blockDim from the cores and the work, so a core more never hurts (issue 22).
+
+    A seeded sample of 200 random operators; 1.2x of Ascend910B3 is Ascend910B2's 24 / 48 cores.
+    """
+    base = load_soc(small)
+    big = base.replace(name=f"{small}x{factor}", cube_cores=int(base.cube_cores * factor),
+                       vector_cores=int(base.vector_cores * factor))
+    rng = random.Random(22)
+    slower = []
+    for _ in range(200):
+        op = _random_op(rng)
+        t_small, t_big = sim.simulate(base, op).time_us, sim.simulate(big, op).time_us
+        if t_big > t_small * (1 + 1e-9):
+            slower.append((round(t_big / t_small, 4), op))
+    assert not slower, (len(slower), sorted(slower, key=lambda x: -x[0])[:3])

@@ -15,6 +15,11 @@ Matmul (`default_matmul`)
       splits with the same blocks per core, the squarest region (least A + B per core).
   M3. K streamed through L1 in 256-element chunks, L1 and L0 ping-pong; L2 tiling when A and B
       overflow 80% of L2 (the longer side cut first).
+  M4. More cores never hurt: M1-M3 are applied with every core budget from the SoC's Cube cores
+      down to one, and the tiling the price list finds fastest is the default (the full budget's among
+      equals). The estimates of M1-M2 change their base block or split with the core count in ways
+      the hardware's costs do not follow (a fall-back block with 16-element fp32 K rows, one more
+      task per core); CANN's blockDim = min(cores, work units) never makes a bigger chip slower.
 Convolution (`default_conv`: Conv2D, Conv2DBackpropInput, Conv2DBackpropFilter)
   C1. Core split over groups, batch, output rows and channel blocks (16 output channels; for the
       filter gradient C0-channel groups of Cin, i.e. columns of Cin*kh*kw): the least estimated time of
@@ -32,6 +37,8 @@ Convolution (`default_conv`: Conv2D, Conv2DBackpropInput, Conv2DBackpropFilter)
   C4. Depthwise convolutions are priced as CANN's depthwise kernels run them (`aoe.ops` builds the
       descriptor): the filter in C1HWNCoC0, a C0 x C0 diagonal block per C0 channels, i.e. a group conv
       of C1 groups of C0 channels on the Cube; the Vector unit's depthwise kernel is an Impl alternative.
+  C5. As M4: the split C1 picks for each core budget up to the SoC's (one enumeration: a budget's
+      splits are those using at most its cores), each tiled by C3, and the fastest is the default.
 Vector (`default_vector`)
   V1. blockDim: rows (row operators) or 32 B blocks, as many cores as the busiest core's share needs
       (blockDim = ceil(units / ceil(units / cores))); a reduction of fewer rows than cores splits its
@@ -41,10 +48,17 @@ Vector (`default_vector`)
       cut in two is, so that ping-pong has two loops in flight (BUFFER_NUM = 2). Single buffering only
       when nothing double-buffered fits.
   V3. Softmax keeps a whole row in UB when it fits (its one-pass implementation), else two passes.
+  V4. As M4: V1-V3 for every core budget up to the SoC's vector cores (the distinct (impl, blockDim)
+      pairs), priced in one batch, the fastest the default. A memory-bound share keeps its whole
+      number of UB loops when the cores go up 1.5x while each loop gets 2/3 of the HBM share, and a
+      row split over cores (impl 1) adds an atomic partial sum per core.
 
 Every rule is a candidate list tried in order; the first candidate the simulator accepts is the
 default (`default_strategy` never returns an invalid strategy). The cost estimates are coarse on
 purpose: tuning still finds what they miss (pipe overlap, L1 staging, iterate order, Format, Impl).
+The one use of the simulator's times is M4 / C5 / V4: it only chooses among the rule's own tilings
+for smaller core budgets, which a strategy prices the same on any SoC with enough cores, so a SoC
+with more cores (which considers every smaller budget too) is never slower.
 """
 from __future__ import annotations
 
@@ -75,6 +89,18 @@ def _valid(soc: Soc, op: SimOp, rows: list[list[int]]) -> np.ndarray:
     return reasons
 
 
+def _fastest(soc: Soc, op: SimOp, fields: list[str], tilings: list[dict[str, int] | None]) -> dict[str, int]:
+    """The fastest of the rules' tilings for each core budget (rules M4, C5, V4); the first (the full
+    budget's) among equals. A tiling prices the same on any SoC with at least its cores, so a SoC with
+    more cores, which considers every budget a smaller one does, is never slower."""
+    found = [t for t in tilings if t is not None]
+    if len(found) == 1:
+        return found[0]
+    rows = np.asarray([[t[f] for f in fields] for t in found], dtype=np.int64)
+    times, _ = _sim.simulate_times(soc.native, op.kind, op.params(), rows, 1)
+    return found[int(np.argmin(times))]
+
+
 def _core_split(cores: int, batch: int, m_blk: int, n_blk: int, bm: int = 1, bn: int = 1) -> tuple[int, int, int]:
     """Balanced (batchDim, mDim, nDim): fewest base blocks on the busiest core, then the squarest
     region (the least A and B a core loads: singleCoreM + singleCoreN), then fewest cores."""
@@ -92,7 +118,15 @@ def _core_split(cores: int, batch: int, m_blk: int, n_blk: int, bm: int = 1, bn:
 
 
 def default_matmul(soc: Soc, op: MatMul) -> dict[str, int]:
-    """CANN-like matmul tiling for `op` on `soc`."""
+    """CANN-like matmul tiling for `op` on `soc`: the fastest of rules M1-M3 over core budgets (M4)."""
+    tilings = [_matmul_tiling(soc, op, k) for k in range(soc.cube_cores, 0, -1)]
+    if tilings[0] is None:
+        raise AssertionError(f"default matmul tiling invalid for {op}")
+    return _fastest(soc, op, MM_FIELDS, tilings)
+
+
+def _matmul_tiling(soc: Soc, op: MatMul, cores: int) -> dict[str, int] | None:
+    """Rules M1-M3 with `cores` Cube cores (None when no candidate is valid)."""
     ea = DTYPE_BYTES[op.dtype]
     k0 = 32 // ea
     kscale = 2 / ea  # baseK 64 for fp16 = 128 B per row of a fractal group; keep the bytes
@@ -108,7 +142,7 @@ def default_matmul(soc: Soc, op: MatMul) -> dict[str, int]:
     batch = max(op.batch, op.batch_b or op.batch)
     best = None
     for rank, (bm, bn, bk) in enumerate(cands):
-        if rank >= canonical and best is not None and best[2] * 4 >= 3 * soc.cube_cores:
+        if rank >= canonical and best is not None and best[2] * 4 >= 3 * cores:
             break  # CANN's own blocks keep at least 3/4 of the cores busy: no need to fall back
         bm, bn = min(bm, m16), min(bn, n16)
         bk = min(max(k0, int(bk * kscale) // k0 * k0), kal)
@@ -117,7 +151,7 @@ def default_matmul(soc: Soc, op: MatMul) -> dict[str, int]:
             continue
         # busiest core's Cube work (padding and core balance included); fall-back blocks (smaller,
         # less L1 reuse) must win by more than 15%; among CANN's own, the first is preferred
-        b_dim, m_dim, n_dim = _core_split(soc.cube_cores, batch, _cdiv(op.m, bm), _cdiv(op.n, bn), bm, bn)
+        b_dim, m_dim, n_dim = _core_split(cores, batch, _cdiv(op.m, bm), _cdiv(op.n, bn), bm, bn)
         waves = _cdiv(batch, b_dim)
         s_m_e, s_n_e = _cdiv(_cdiv(op.m, bm), m_dim) * bm, _cdiv(_cdiv(op.n, bn), n_dim) * bn
         cube = waves * s_m_e * s_n_e * kal / (16 * 16 * k0)
@@ -128,7 +162,7 @@ def default_matmul(soc: Soc, op: MatMul) -> dict[str, int]:
         rate = min(soc.ddr_rate, soc.hbm_gbps * soc.hbm_efficiency * 1000.0 / soc.freq_mhz / used_e)
         per_core = max(cube, moved / rate) + waves * (soc.scalar_task_cycles + soc.dma_latency_cycles)
         est = per_core * ((1.0 + 0.04 * rank) if rank < canonical else 1.15)
-        used = min(soc.cube_cores, batch * _cdiv(op.m, bm) * _cdiv(op.n, bn))
+        used = min(cores, batch * _cdiv(op.m, bm) * _cdiv(op.n, bn))
         if best is None or (est, rank) < (best[0], best[1]):
             best = (est, rank, used, bm, bn, bk)
     assert best is not None, "no base block fits L0; SoC buffers are implausibly small"
@@ -143,7 +177,7 @@ def default_matmul(soc: Soc, op: MatMul) -> dict[str, int]:
             else:
                 nc += 1
     tile_m, tile_n = _cdiv(op.m, mc), _cdiv(op.n, nc)
-    b_dim, m_dim, n_dim = _core_split(soc.cube_cores, batch, _cdiv(tile_m, bm), _cdiv(tile_n, bn), bm, bn)
+    b_dim, m_dim, n_dim = _core_split(cores, batch, _cdiv(tile_m, bm), _cdiv(tile_n, bn), bm, bn)
     s_m = min(_cdiv(_cdiv(tile_m, bm), m_dim) * bm, m16)
     s_n = min(_cdiv(_cdiv(tile_n, bn), n_dim) * bn, n16)
     m_blocks, n_blocks = _cdiv(op.m, s_m), _cdiv(op.n, s_n)
@@ -152,7 +186,7 @@ def default_matmul(soc: Soc, op: MatMul) -> dict[str, int]:
     step_k = max(1, min(k_iter, 256 // bk if bk <= 256 else 1))
     l2_m_blk, l2_n_blk = min(m_blocks, _cdiv(tile_m, s_m)), min(n_blocks, _cdiv(tile_n, s_n))
     tiling = {
-        "usedCoreNum": min(soc.cube_cores, tasks), "singleCoreM": s_m, "singleCoreN": s_n, "singleCoreK": op.k,
+        "usedCoreNum": min(cores, tasks), "singleCoreM": s_m, "singleCoreN": s_n, "singleCoreK": op.k,
         "baseM": bm, "baseN": bn, "baseK": bk, "depthA1": 2 * step_k, "depthB1": 2 * step_k,
         "stepM": 1, "stepN": 1, "iterateOrder": 0 if s_m <= s_n else 1, "stepKa": step_k, "stepKb": step_k,
         "dbL0A": int(2 * bm * bk * ea <= soc.l0a), "dbL0B": int(2 * bn * bk * ea <= soc.l0b),
@@ -167,10 +201,7 @@ def default_matmul(soc: Soc, op: MatMul) -> dict[str, int]:
     tries.append(dict(single, stepKa=1, stepKb=1, depthA1=1, depthB1=1))
     rows = [[t[f] for f in MM_FIELDS] for t in tries]
     reasons = _valid(soc, op, rows)
-    for t, r in zip(tries, reasons):
-        if r == 0:
-            return t
-    raise AssertionError(f"default matmul tiling invalid ({_sim.REASONS[int(reasons[0])]}) for {op}")
+    return next((t for t, r in zip(tries, reasons) if r == 0), None)
 
 
 def _even(tile: int, length: int, align: int) -> int:
@@ -182,28 +213,64 @@ def default_vector(soc: Soc, op: VectorOp, allowed_impls: set[int] | None = None
     """CANN-like vector tiling: all useful cores, the largest double-buffered UB tile that fits.
 
     `allowed_impls` restricts the implementations (e.g. no atomic multi-core reduction under
-    op_select_implmode=high_precision).
+    op_select_implmode=high_precision). The fastest of rules V1-V3 over core budgets (rule V4).
     """
-    ea = DTYPE_BYTES[op.dtype]
-    align = 32 // ea
+    shape = _vector_rows(op)
+    done: set[tuple[int, int]] = set()
+    budgets: list[list[list[int]]] = []
+    for k in range(soc.vector_cores, 0, -1):
+        impl, block = _vector_split(op, shape, k, allowed_impls)
+        if (impl, block) not in done:  # the tiles depend on the core budget only through these
+            done.add((impl, block))
+            budgets.append(_vector_cands(soc, op, shape, impl, block, allowed_impls))
+    # one native call prices every budget's candidates: each budget's first valid one is its tiling
+    rows = [c for cands in budgets for c in cands]
+    times, reasons = _sim.simulate_times(soc.native, op.kind, op.params(), np.asarray(rows, dtype=np.int64), 1)
+    firsts, at = [], 0
+    for cands in budgets:
+        ok = [at + i for i in range(len(cands)) if reasons[at + i] == 0]
+        at += len(cands)
+        if ok:
+            firsts.append(ok[0])
+        elif not firsts:
+            raise AssertionError(f"no valid default vector tiling for {op}")
+    best = min(firsts, key=lambda i: times[i])  # the fastest budget, the full one among equals (V4)
+    return dict(zip(VEC_FIELDS, (int(v) for v in rows[best])))
+
+
+def _vector_rows(op: VectorOp) -> tuple[int, int, int]:
+    """(elements, rows, row length) of the native model: a row is the reduced extent x the width after
+    the last reduced axis."""
     elems = op.elements
-    rows = elems
-    row_len = 1
     if op.axes and op.op_type not in ("Transpose", "TransData"):
-        # the native model's rows: reduced extent x the contiguous width after the last reduced axis
         reduced = int(np.prod([op.shape[a] for a in op.axes], dtype=np.float64))
-        inner = int(np.prod(op.shape[max(op.axes) + 1:], dtype=np.float64))
-        row_len = reduced * inner
-        rows = max(1, elems // max(1, row_len))
+        row_len = reduced * int(np.prod(op.shape[max(op.axes) + 1:], dtype=np.float64))
+        return elems, max(1, elems // max(1, row_len)), row_len
+    return elems, elems, 1
+
+
+def _vector_split(op: VectorOp, shape: tuple[int, int, int], cores: int,
+                  allowed_impls: set[int] | None) -> tuple[int, int]:
+    """Rule V1 with `cores` vector cores: (impl, blockDim); `shape` is `_vector_rows(op)`."""
+    align = 32 // DTYPE_BYTES[op.dtype]
+    elems, rows, row_len = shape
     units = rows if op.axes else _cdiv(elems, align)
     impl = 0
     # (a row shorter than two 32 B blocks has nothing to split: impl 1 needs a block per core)
-    if (op.op_type.startswith("Reduce") and rows < soc.vector_cores and op.impls > 1
+    if (op.op_type.startswith("Reduce") and rows < cores and op.impls > 1
             and row_len >= 2 * align and (allowed_impls is None or 1 in allowed_impls)):
         impl = 1  # too few rows to keep the cores busy: split rows and accumulate atomically
-        units = max(1, min(soc.vector_cores, row_len // align))  # a full 32 B block per core at least
-    block = max(1, min(soc.vector_cores, units))
-    block = _cdiv(units, _cdiv(units, block))  # as many cores as the busiest core's share needs
+        units = max(1, min(cores, row_len // align))  # a full 32 B block per core at least
+    block = max(1, min(cores, units))
+    return impl, _cdiv(units, _cdiv(units, block))  # as many cores as the busiest core's share needs
+
+
+def _vector_cands(soc: Soc, op: VectorOp, shape: tuple[int, int, int], impl: int, block: int,
+                  allowed_impls: set[int] | None) -> list[list[int]]:
+    """Rules V2-V3 for a split of `block` cores: the candidates, best first (the first valid one wins)."""
+    ea = DTYPE_BYTES[op.dtype]
+    align = 32 // ea
+    elems, rows, row_len = shape
     per_core = _align(_cdiv(elems, block), align)
     cap = (soc.ub - soc.ub_reserved) // ea
     # largest first: the whole per-core share, then UB-sized tiles halving down; each one evened out
@@ -235,11 +302,7 @@ def default_vector(soc: Soc, op: VectorOp, allowed_impls: set[int] | None = None
                 cands.append([block, t, db, impl])
     if allowed_impls is not None:
         cands = [c for c in cands if c[3] in allowed_impls] or [[block, t, 1, min(allowed_impls)] for t in tiles]
-    reasons = _valid(soc, op, cands)
-    for c, r in zip(cands, reasons):
-        if r == 0:
-            return dict(zip(VEC_FIELDS, (int(v) for v in c)))
-    raise AssertionError(f"no valid default vector tiling for {op}")
+    return cands
 
 
 def _divisor_at_most(x: int, limit: int) -> int:
@@ -250,8 +313,10 @@ def _divisor_at_most(x: int, limit: int) -> int:
     return 1
 
 
-def _conv_split(soc: Soc, op: Conv2D, out_h: int, out_w: int, n_units: int, k_al: int) -> tuple[int, int, int, int]:
-    """(groupDim, batchDim, hoDim, nDim): the core split with the least estimated time per core.
+def _conv_split(soc: Soc, op: Conv2D, out_h: int, out_w: int, n_units: int,
+                k_al: int) -> list[tuple[int, ...]]:
+    """(groupDim, batchDim, hoDim, nDim): the core split with the least estimated time per core, for
+    each core budget from the SoC's cores down to one (distinct splits, the full budget's first).
 
     The estimate is what a tiling function can know without running the kernel: the busiest core's
     Cube fractals (pixels and channels padded to 16, K to C0), its img2col expansion into L0 (which a
@@ -261,7 +326,9 @@ def _conv_split(soc: Soc, op: Conv2D, out_h: int, out_w: int, n_units: int, k_al
     ~128-pixel blocks, fewer pixels when the core holds few rows); the largest of the four, plus a
     fixed cost per group task it runs. A spatial split must leave every core
     whole output rows and at least one 16-pixel fractal; among splits within 2% of the best estimate
-    the one with fewest cores wins (fewer partial sums, fewer duplicated weight loads).
+    the one with fewest cores wins (fewer partial sums, fewer duplicated weight loads). The splits a
+    budget of k cores enumerates are exactly those of the full budget using at most k cores, so one
+    enumeration serves every budget.
     """
     n, c, h, w = op.x
     cout, _, kh, kw = op.weight
@@ -321,26 +388,53 @@ def _conv_split(soc: Soc, op: Conv2D, out_h: int, out_w: int, n_units: int, k_al
                     scalar = blocks * soc.scalar_iter_cycles  # issuing ~128-pixel L0 blocks
                     scored.append((g_c * (max(cube, expand, moved / rate, scalar) + fixed), used, dims))
     assert scored, "no core split"
-    least = min(e for e, _, _ in scored)
-    return min((u, e, d) for e, u, d in scored if e <= 1.02 * least)[2]
+    picks: list[tuple[int, ...]] = []
+    for k in range(cores, 0, -1):
+        within = [(e, u, d) for e, u, d in scored if u <= k]
+        least = min(e for e, _, _ in within)
+        pick = min((u, e, d) for e, u, d in within if e <= 1.02 * least)[2]
+        if pick not in picks:
+            picks.append(pick)
+    return picks
 
 
 def default_conv(soc: Soc, op: Conv2D) -> dict[str, int]:
-    """CANN-like Conv2D / backprop tiling: core split by estimate (rules C1, C2), ~128-pixel L0 blocks."""
+    """CANN-like Conv2D / backprop tiling: core split by estimate (rules C1, C2), ~128-pixel L0 blocks;
+    the fastest of those over core budgets (rule C5)."""
+    out_h, out_w, _, k_al, n_units = _conv_dims(op)
+    splits = _conv_split(soc, op, out_h, out_w, n_units, k_al)
+    tilings = [_conv_tiling(soc, op, split) for split in splits]
+    if tilings[0] is None:
+        raise AssertionError(f"no valid default conv tiling for {op}")
+    return _fastest(soc, op, CONV_FIELDS, tilings)
+
+
+def _conv_dims(op: Conv2D) -> tuple[int, int, int, int, int]:
+    """(out_h, out_w, out_c, K aligned, N units) of the map a core split cuts."""
     _, c, h, w = op.x
+    cout, _, kh, kw = op.weight
+    c0 = 32 // DTYPE_BYTES[op.dtype]
+    cin_g, co_g = c // op.groups, cout // op.groups
+    if op.op_type.endswith("BackpropInput"):
+        out_h, out_w, out_c, k_al = h, w, cin_g, _align(co_g, c0) * kh * kw
+    else:
+        out_h, out_w, out_c, k_al = op.out_hw[0], op.out_hw[1], co_g, _align(cin_g, c0) * kh * kw
+    n_units = _cdiv(cin_g, c0) if op.op_type.endswith("BackpropFilter") else _cdiv(out_c, 16)  # dW: C0 groups
+    return out_h, out_w, out_c, k_al, n_units
+
+
+def _conv_tiling(soc: Soc, op: Conv2D, split: tuple[int, ...]) -> dict[str, int] | None:
+    """Rule C3 for the core split (groupDim, batchDim, hoDim, nDim): the first valid tiling, else None."""
+    c = op.x[1]
     cout, _, kh, kw = op.weight
     ea = DTYPE_BYTES[op.dtype]
     c0 = 32 // ea
     g = op.groups
-    ho, wo = op.out_hw
+    wo = op.out_hw[1]
     cin_g, co_g = c // g, cout // g
     filt = op.op_type.endswith("BackpropFilter")
-    if op.op_type.endswith("BackpropInput"):
-        out_h, out_w, out_c, k_al = h, w, cin_g, _align(co_g, c0) * kh * kw
-    else:
-        out_h, out_w, out_c, k_al = ho, wo, co_g, _align(cin_g, c0) * kh * kw
-    n_units = _cdiv(cin_g, c0) if filt else _cdiv(out_c, 16)  # dW splits N by C0-channel groups
-    gd, bd, hd, nd = _conv_split(soc, op, out_h, out_w, n_units, k_al)
+    out_h, out_w, out_c, k_al, _ = _conv_dims(op)
+    gd, bd, hd, nd = split
     ho_core = _cdiv(out_h, hd)
     wo_l0 = _divisor_at_most(out_w, 128)
     ho_l0 = max(1, min(ho_core, 128 // wo_l0))
@@ -386,10 +480,7 @@ def default_conv(soc: Soc, op: Conv2D) -> dict[str, int]:
                     for pbuf in (31, 0):
                         small.append([*c[:4], ho_b, wo_b, *c[6:8], ho_b, wo_b, c[10], n_l0_f, pbuf, 0])
     reasons2 = _valid(soc, op, small) if small else np.array([], dtype=np.int64)
-    for cand, r in zip(small, reasons2):
-        if r == 0:
-            return dict(zip(CONV_FIELDS, (int(v) for v in cand)))
-    raise AssertionError(f"no valid default conv tiling for {op} ({_sim.REASONS[int(reasons[0])]})")
+    return next((dict(zip(CONV_FIELDS, (int(v) for v in cand))) for cand, r in zip(small, reasons2) if r == 0), None)
 
 
 def default_strategy(soc: Soc | str, op: SimOp) -> dict[str, int]:
