@@ -14,8 +14,10 @@ import pytest
 import aoe
 from aoe.batch import CaseFarm, parse_list
 from aoe.errors import AoeError
+from conftest import import_extra
 
-distributed = pytest.importorskip("distributed")
+pytestmark = pytest.mark.extra("dask")
+distributed = import_extra("dask", "distributed")
 
 MODELS = ["zoo:mobilenet_v2", "zoo:resnet50", "zoo:bert_base"]
 BUDGET = 150
