@@ -260,14 +260,17 @@ def _run_stoppable(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, t
             prev_state["done"] = list(prev_state.get("done", [])) + [d for e in journal for d in e["done"]]
             elapsed = [float(e.get("elapsed_s", 0.0)) for e in journal if isinstance(e.get("elapsed_s"), (int, float))]
             prev_state["elapsed_s"] = max([float(prev_state.get("elapsed_s", 0.0))] + elapsed)
-            _say(out, f"--reload: resuming the interrupted job in {path} "
-                      f"({len(prev_state.get('done', []))} {'operators' if kind == 'opat' else 'subgraphs'} "
-                      f"already done)")
     if not prev_state:
         rf = result_file if result_file is not None else ResultFile(settings.work_path, kind)
         key = rf.new_task()
     done = _restore(tuner, prev_state.get("done", []))
-    if graph.training:
+    if prev_state:
+        # counted once each: a case finished after the last checkpoint is in both the state and the journal
+        _say(out, f"--reload: resuming the interrupted job in {rf.path} ({len(done)} "
+                  f"{'operators' if kind == 'opat' else 'subgraphs'} already done)")
+    if graph.training and spec.graph is not None:
+        # the product's line for a training framework handing its graph over (the TensorFlow and PyTorch
+        # frontends, or an in-memory graph given to the API), not for a model file tuned with --training
         _say(out, "in tune mode, training graph handled by tools.")
     state_base = {"job": dict(job_id, model=spec.describe(), mode=spec.mode, tuning_name=tuning_name),
                   "report_key": key, "pid": os.getpid(), "host": socket.gethostname(),

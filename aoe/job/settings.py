@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 from ..bank.decision import repeat_tune as env_repeat_tune
 from ..ops import HIGH_PERFORMANCE, IMPL_MODES
 from ..bank import resolve_op_bank_dir, resolve_subgraph_bank_dir
-from ..bank.paths import check_name
+from ..bank.paths import check_dir, check_name
 from ..errors import AoeError
 from ..soc import load_soc
 from . import config as cfg
@@ -235,7 +235,11 @@ def settings_from_env(env: Mapping[str, str] | None = None, *, soc: str = DEFAUL
             notes.append(note)
     bank_env = dict(env)
     if bank is not None:
-        bank_env["TUNE_BANK_PATH"] = os.fspath(bank)
+        bank_env["TUNE_BANK_PATH"] = given = os.fspath(bank)
+        if isinstance(given, str) and given and "\0" not in given:
+            # checked here so that a missing directory is blamed on the argument, not on TUNE_BANK_PATH
+            base = Path(given) if os.path.isabs(given) else Path(cwd if cwd is not None else os.getcwd()) / given
+            check_dir(base, f"the bank argument {given!r}")
     op_dir = resolve_op_bank_dir(soc, env=bank_env, cwd=cwd) if mode == 2 else None
     sg_dir = resolve_subgraph_bank_dir(soc, env=bank_env, cwd=cwd) if mode == 1 else None
     if budget is None:
