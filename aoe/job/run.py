@@ -28,6 +28,7 @@ from .. import graph as g
 from .. import opat
 from ..errors import AoeError
 from ..graph.training import derive_training
+from ..opat.graph_tune import case_executor
 from ..opat.report import record_from_state as opat_record
 from ..ops.coverage import format_counts, skipped_log_path, write_skipped_log
 from ..soc import Soc, load_soc
@@ -304,7 +305,8 @@ def _run_stoppable(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, t
 
     write(None, False)
     _say(out, "Aoe tuning graph.")
-    for line in settings.describe():
+    # an aoe.batch run sends the operator cases to a Dask cluster: the local worker settings do not apply
+    for line in settings.describe(cluster=kind == "opat" and case_executor.get() is not None):
         _say(out, f"  {line}")
     progress = Progress(settings.progress, unit=tuner.unit, force=settings.progress_force)
     events = _JobEvents(progress, stop, write)

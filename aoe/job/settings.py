@@ -82,12 +82,18 @@ class JobSettings:
     tune_ops_file: str | None = None            # from aoe.ini's aoe_config_file
     notes: list[str] = field(default_factory=list)
 
-    def describe(self) -> list[str]:
-        lines = [f"device {self.device} of {self.n_devices}; work path {self.work_path}",
-                 f"TE_PARALLEL_COMPILER {self.te_parallel_asked or cfg.TE_PARALLEL_DEFAULT} -> "
-                 f"{self.te_parallel} simulator thread(s); TUNING_PARALLEL_NUM {self.tuning_parallel_asked} -> "
-                 f"{self.workers} worker process(es); REPEAT_TUNE={self.repeat_tune}; "
-                 f"op_select_implmode {self.implmode}"]
+    def describe(self, cluster: bool = False) -> list[str]:
+        """The job's settings as header lines; `cluster`: operator cases go to a Dask cluster (aoe.batch)."""
+        if cluster:     # the local device, threads and worker processes do not apply there
+            lines = [f"work path {self.work_path}",
+                     f"operator cases tuned on the Dask cluster's workers; REPEAT_TUNE={self.repeat_tune}; "
+                     f"op_select_implmode {self.implmode}"]
+        else:
+            lines = [f"device {self.device} of {self.n_devices}; work path {self.work_path}",
+                     f"TE_PARALLEL_COMPILER {self.te_parallel_asked or cfg.TE_PARALLEL_DEFAULT} -> "
+                     f"{self.te_parallel} simulator thread(s); TUNING_PARALLEL_NUM {self.tuning_parallel_asked} -> "
+                     f"{self.workers} worker process(es); REPEAT_TUNE={self.repeat_tune}; "
+                     f"op_select_implmode {self.implmode}"]
         if self.op_bank_dir is not None:
             lines.append(f"operator bank: {self.op_bank_dir}")
         if self.subgraph_bank_dir is not None:
