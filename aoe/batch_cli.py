@@ -76,6 +76,12 @@ def main(argv: list[str]) -> int:
                                  input_shape=[x.input_shape for x in run], training=training,
                                  options=opts, env=env, cluster=farm)
                 results += rs
+                for r in rs:   # one line per model as its run ends: which file holds its result
+                    summary = (r.section or {}).get("repo_summary") or {}
+                    counts = (f"; cases {summary.get('total_num', 0)}, added {summary.get('repo_add_num', 0)}, "
+                              f"hits {summary.get('repo_hit_num', 0)}") if summary else ""
+                    say(f"batch: {r.tuning_name} ({r.kind.upper()}, {soc}): {r.status}{counts}; "
+                        f"result file {r.result_file}")
                 if any(r.signal is not None for r in rs):
                     return 128 + next(r.signal for r in rs if r.signal is not None)
     n_ok = sum(r.status == SUCCESS for r in results)

@@ -242,8 +242,10 @@ def measure_writers(writers: int, saves: int) -> dict:
     with tempfile.TemporaryDirectory(dir=os.environ.get("AOE_BENCH_DIR")) as tmp:
         env = dict(os.environ)
         t0 = time.perf_counter()
+        # cwd: `python -c` puts the working directory first on the import path (from a source checkout, the
+        # unbuilt aoe/ would shadow the installed package)
         ps = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(WRITER), tmp, str(w), str(saves)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp)
               for w in range(writers)]
         outs = [p.communicate() for p in ps]
         wall = time.perf_counter() - t0

@@ -66,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--builtin", action="store_true", help="consult the built-in bank (default: set aside)")
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args(argv)
+    from job_bench import require_extra  # the bench folder's shared helper
+
+    require_extra("dask", "distributed")
     import distributed
 
     out: dict = {"models": MODELS, "budget": args.budget, "workers": args.workers, "builtin": args.builtin}

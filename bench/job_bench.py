@@ -57,6 +57,16 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def require_extra(extra: str, *modules: str) -> None:
+    """Stop with what to install when a module of an optional extra is missing (not a bare traceback)."""
+    import importlib.util
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise SystemExit(f"{Path(sys.argv[0]).name} needs the {extra} extra ({', '.join(missing)} not installed): "
+                         f"pip install '.[{extra}]' from the checkout (or 'aoe[{extra}]')")
+
+
 def machine() -> dict[str, object]:
     """Date and machine of a measurement, for every bench JSON."""
     return {"date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),

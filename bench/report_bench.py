@@ -36,7 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--budget", type=int, default=500)
     args = ap.parse_args(argv)
+    from job_bench import require_extra  # the bench folder's shared helper
 
+    require_extra("report", "matplotlib")
     w, c = time.perf_counter(), time.process_time()
     import matplotlib.figure  # noqa: F401 - the one-time import, measured apart
     first_import = (time.perf_counter() - w, time.process_time() - c)

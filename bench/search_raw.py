@@ -157,7 +157,9 @@ def main() -> None:
     ap.add_argument("--jsonl", default=None, help="append one line per case to this file")
     ap.add_argument("--summarize", nargs="*", default=None, help="only summarize these --jsonl files")
     args = ap.parse_args()
-    from job_bench import machine  # noqa: E402 - the bench folder's shared helper (date, CPU model)
+    from job_bench import machine, require_extra  # noqa: E402 - the bench folder's shared helpers
+
+    require_extra("bench", "cmaes")
 
     if args.summarize is not None:
         rows = [json.loads(line) for f in args.summarize for line in open(f) if line.strip()]

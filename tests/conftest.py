@@ -5,6 +5,8 @@ fixtures (`env`, `job_env`) are found by pytest itself.
 """
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,64 @@ JOB_ENV = ("AOE_MODE", "ASCEND_DEVICE_ID", "TUNE_BANK_PATH", "ASCEND_CACHE_PATH"
            "TE_PARALLEL_COMPILER", "REPEAT_TUNE", "AOE_CONFIG", "AOE_DEVICE_COUNT", "AOE_SEARCH_BUDGET",
            "AOE_LOCK_DIR", "AOE_STOP_GRACE", "AOE_BUILTIN_BANK")
 SEARCH_BUDGET = "2000"     # small enough for a test, large enough that tuning finds improvements
+
+
+# --- optional extras ------------------------------------------------------------------------------
+
+# Each optional extra of pyproject.toml whose absence a test must survive -> the modules its tests import.
+# A test needing one is marked `@pytest.mark.extra("report")` (a module: `pytestmark = ...`): where the
+# extra is not installed it is skipped naming it, and `pytest -m extra` selects exactly these tests (CI's
+# second pass, after the README's `pip install ".[test]" && pytest tests -q` has run without them).
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "report": ("matplotlib",),
+    "dask": ("dask", "distributed"),
+    "torch": ("torch",),
+    "torch-test": ("torch", "transformers"),
+    "tensorflow": ("tensorflow", "keras"),
+    "bench": ("optuna", "cmaes", "scipy", "matplotlib"),
+}
+
+
+def extra_reason(extra: str) -> str:
+    """The skip message of a test that needs `extra`: what to install."""
+    how = f"pip install '.[{extra}]'"
+    if extra.startswith("torch"):       # a plain torch requirement resolves the multi-GB CUDA build
+        how = f"pip install torch (its CPU build), then {how}"
+    return f"needs the {extra} extra: {how}"
+
+
+def missing_extra(*extras: str) -> str | None:
+    """The first of `extras` with a module that is not installed here (None: all are)."""
+    for extra in extras:
+        if any(importlib.util.find_spec(m) is None for m in EXTRAS[extra]):
+            return extra
+    return None
+
+
+def extras_required() -> bool:
+    """True where every extra must be installed (CI's second pass): a missing one fails instead of skipping."""
+    return os.environ.get("AOE_TEST_REQUIRE_EXTRAS") == "1"
+
+
+def import_extra(extra: str, module: str) -> Any:
+    """`module`, or a skip of the calling test module naming `extra` when it is not installed."""
+    if extras_required():
+        return importlib.import_module(module)
+    return pytest.importorskip(module, reason=extra_reason(extra))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip, naming the extra, every test marked with an extra that is not installed."""
+    for item in items:
+        for mark in item.iter_markers("extra"):
+            unknown = [e for e in mark.args if e not in EXTRAS]
+            if unknown or not mark.args:
+                raise pytest.UsageError(f"{item.nodeid}: extra marker names no known extra: {mark.args}")
+            missing = missing_extra(*mark.args)
+            if missing and extras_required():
+                raise pytest.UsageError(f"{item.nodeid} {extra_reason(missing)} (AOE_TEST_REQUIRE_EXTRAS=1)")
+            if missing:
+                item.add_marker(pytest.mark.skip(reason=extra_reason(missing)))
 
 
 # --- environment isolation ----------------------------------------------------------------------

@@ -14,8 +14,10 @@ import pytest
 import aoe
 from aoe.batch import CaseFarm, parse_list
 from aoe.errors import AoeError
+from conftest import import_extra
 
-distributed = pytest.importorskip("distributed")
+pytestmark = pytest.mark.extra("dask")
+distributed = import_extra("dask", "distributed")
 
 MODELS = ["zoo:mobilenet_v2", "zoo:resnet50", "zoo:bert_base"]
 BUDGET = 150
@@ -202,6 +204,10 @@ def test_the_batch_command_end_to_end(tmp_path, job_env):
     for r in runs:
         assert r.returncode == 0, r.stderr[-2000:]
         assert "batch: 2 of 2 models tuned successfully" in r.stderr
+        # a result line per model; no local device / worker-process header for the cluster's OPAT run
+        assert "batch: tiny (OPAT, Ascend910B2): tuning successful; cases " in r.stderr, r.stderr[-2000:]
+        assert "batch: mobilenet_v2 (SGAT, Ascend910A): tuning successful" in r.stderr
+        assert "operator cases tuned on the Dask cluster's workers" in r.stdout, r.stdout[-2000:]
     work = tmp_path / "work"
     opat_files = sorted(work.glob("aoe_result_opat_*.json"))
     assert len(opat_files) == 2 and len(list(work.glob("aoe_result_sgat_*.json"))) == 2

@@ -109,14 +109,13 @@ def test_entry_point_strategy(monkeypatch):
         run_search_bench(CASES[:1], ["nope"], [50])
 
 
-def test_cli_json_suite(tmp_path, capsys):
+@pytest.mark.parametrize("plots", [False, pytest.param(True, marks=pytest.mark.extra("bench"))])
+def test_cli_json_suite(tmp_path, capsys, plots):
     suite = tmp_path / "suite.json"
     suite.write_text(json.dumps([{"op_type": "MatMulV2", "shapes": [[64, 96], [96, 128]], "name": "small"}]))
     argv = ["bench", "search", "--suite", str(suite), "--budgets", "50", "--strategies", "aoe,random",
             "-o", str(tmp_path / "out"), "-q"]
-    try:
-        import matplotlib  # noqa: F401 - the plots need the bench extra
-    except ImportError:
+    if not plots:                       # the plots need matplotlib (the bench extra)
         argv.append("--no-plots")
     assert cli_main(argv) == 0
     out = capsys.readouterr().out
@@ -130,9 +129,8 @@ def test_cli_json_suite(tmp_path, capsys):
     assert "vector operator" in capsys.readouterr().err
 
 
+@pytest.mark.extra("bench")
 def test_black_box_samplers():
-    pytest.importorskip("optuna")
-    pytest.importorskip("cmaes")
     res = run_search_bench(CASES[:1], ["tpe", "cmaes"], [50])
     case = res.cases[0]
     for name in ("tpe", "cmaes"):
@@ -142,11 +140,9 @@ def test_black_box_samplers():
         assert run["best_us"] <= case["default_us"] * (1 + 1e-9)
 
 
+@pytest.mark.extra("bench", "torch")
 def test_the_gp_sampler_runs_past_its_random_start():
     """Optuna's GP sampler (bench extra + torch): trials after its 10 random ones are GP-guided."""
-    pytest.importorskip("optuna")
-    pytest.importorskip("scipy")
-    pytest.importorskip("torch")
     res = run_search_bench(CASES[:1], ["gp"], [12])
     run = res.cases[0]["runs"]["gp"]["12"]
     assert run["evaluations"] == 12 and run["gap"] is not None and run["gap"] >= 0

@@ -17,9 +17,11 @@ import numpy as np
 import pytest
 
 from aoe.errors import AoeError
+from conftest import import_extra
 
-tf = pytest.importorskip("tensorflow")
-keras = pytest.importorskip("keras")
+pytestmark = pytest.mark.extra("tensorflow")
+tf = import_extra("tensorflow", "tensorflow")
+keras = import_extra("tensorflow", "keras")
 
 import aoe
 import aoe.graph

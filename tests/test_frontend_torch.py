@@ -22,8 +22,10 @@ from pathlib import Path
 import pytest
 
 from aoe.errors import AoeError
+from conftest import import_extra
 
-torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.extra("torch")
+torch = import_extra("torch", "torch")
 
 import aoe.ops  # noqa: E402
 import aoe.torch  # noqa: E402
@@ -170,6 +172,7 @@ def test_resnet50_forward_macs_match_the_onnx_route() -> None:
     assert convs(g) == convs(onnx)
 
 
+@pytest.mark.extra("torch-test")
 def test_bert_base_forward_macs_match_the_onnx_route() -> None:
     from transformers import BertConfig, BertModel
 
@@ -182,6 +185,7 @@ def test_bert_base_forward_macs_match_the_onnx_route() -> None:
         assert g.op_counts()[t] == onnx.op_counts()[t], t
 
 
+@pytest.mark.extra("torch-test")
 def test_bert_training_step_has_the_backward_ops_of_the_onnx_route() -> None:
     from transformers import BertConfig, BertModel
 
@@ -263,6 +267,7 @@ def test_resnet50_training_under_aoe_mode_2_tunes_into_the_bank_and_then_hits(en
         assert summary["repo_add_num"] == 0 and summary["repo_hit_num"] > 0
 
 
+@pytest.mark.extra("torch-test")
 def test_bert_training_under_the_backend_equals_eager_and_every_op_is_tunable(tmp_path: Path) -> None:
     """Hugging Face BertForSequenceClassification under torch.compile(backend=aoe.torch.backend(mode="op")):
     eager's losses, every operator tunable, the op bank written; a fresh compile on the same bank adds
@@ -298,6 +303,7 @@ def test_bert_training_under_the_backend_equals_eager_and_every_op_is_tunable(tm
     assert len(list(bank.entries())) == added
 
 
+@pytest.mark.extra("torch-test")
 def test_bert_under_subgraph_tuning_on_ascend910a(tmp_path: Path) -> None:
     model, data, step = _bert_case()
     be = aoe.torch.backend(mode=1, soc_version="Ascend910A", **_opts(tmp_path))

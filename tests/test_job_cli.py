@@ -5,6 +5,7 @@ The `job_env` fixture (conftest.py) is a clean environment: bank, locks and HOME
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -108,6 +109,9 @@ def test_sigint_leaves_incomplete_and_reload_completes(tmp_path, job_env):
     p = aoe(tmp_path, job_env, *args, "--reload")
     assert p.returncode == 0, p.stderr
     assert "--reload: resuming" in p.stdout and "resumed," in p.stdout
+    # one count of the finished operators, not the state's and the journal's added up
+    kept = re.search(r"\((\d+) operators already done\)", p.stdout).group(1)
+    assert f"(resumed, {kept} operators kept)" in p.stdout
     assert result_files(tmp_path) == [f]          # the same file, completed
     task = section(f)
     final = task[1]["OPAT"]

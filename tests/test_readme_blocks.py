@@ -8,16 +8,18 @@
 - ```json blocks must parse, ```ini blocks must be read by configparser; other blocks are not code.
 
 Each block runs in its own temporary directory with the job variables removed and bank, work path,
-locks, HOME and TMPDIR inside it (search budget 2000, so tuning a zoo model takes seconds). The
+locks, HOME and TMPDIR inside it (search budget 2000 and the built-in bank on, as a user has it, so
+tuning a zoo model takes seconds). The
 placeholders of the docs are made real there: `/data/bank` and `/path/to/X` become directories or
 files in the temporary directory, and `model.onnx` is a small ONNX model written beside the block.
-Blocks that use TensorFlow or PyTorch are skipped when that framework is not installed. After each
-block the test checks that nothing appeared outside the temporary directory.
+A block that needs an optional extra (TensorFlow, PyTorch, the report's matplotlib, Dask, the bench
+samplers) is marked with it and skipped, naming the extra, when it is not installed: the README's test
+command installs only `.[test]`. After each block the test checks that nothing appeared outside the
+temporary directory.
 """
 from __future__ import annotations
 
 import configparser
-import importlib.util
 import json
 import os
 import re
@@ -90,20 +92,27 @@ ALL_BLOCKS = [b for f in readme_files() for b in fenced_blocks(f)]
 
 # --- what a block needs ---------------------------------------------------------------------------
 
-_FRAMEWORKS = {
+# optional extra -> what in a block needs it (a bash line is matched from its start, after VAR=value words)
+_CMD = r"^\s*(?:\w+=\S+\s+)*aoe\s+"
+_EXTRA_USES = {
     "tensorflow": re.compile(r"\b(import|from)\s+tensorflow\b|\baoe\.(graph\.)?tf\b|--framework[ =](3|tensorflow)\b"
                              r"|\s-f\s+3\b|framework\s*=\s*(3|\"tensorflow\"|'tensorflow')"),
     "torch": re.compile(r"\b(import|from)\s+torch\b|\baoe\.(graph\.)?(torch|fx)\b|--framework[ =](torch|pytorch)\b"
                         r"|framework\s*=\s*(\"torch\"|'torch'|\"pytorch\"|'pytorch')"),
+    "torch-test": re.compile(r"\b(import|from)\s+transformers\b"),
+    # the charts: `aoe report`, `aoe explain -o`, a job asked for its HTML report
+    "report": re.compile(rf"{_CMD}report\b|{_CMD}explain\b[^\n]*\s-o\s|\bwrite_report\b|report_html\s*=\s*True"
+                         r"|--report[ =]on\b|\b(import|from)\s+matplotlib\b", re.M),
+    "dask": re.compile(rf"{_CMD}batch\b|\bcluster\s*=|\b(import|from)\s+(dask|distributed)\b", re.M),
+    # the black-box samplers, or the plots (`--no-plots` leaves them out)
+    "bench": re.compile(rf"{_CMD}bench\s+search\b(?![^\n]*--no-plots)|--strategies[ =]\S*(tpe|cmaes|gp)\b"
+                        r"|\b(import|from)\s+(optuna|cmaes)\b", re.M),
 }
 
 
-def missing_framework(text: str) -> str | None:
-    """The optional framework a block uses that is not installed here, if any."""
-    for name, pattern in _FRAMEWORKS.items():
-        if pattern.search(text) and importlib.util.find_spec(name) is None:
-            return name
-    return None
+def block_extras(text: str) -> list[str]:
+    """The optional extras a block needs (none: it runs with only `.[test]` installed)."""
+    return [name for name, pattern in _EXTRA_USES.items() if pattern.search(text)]
 
 
 def with_real_paths(text: str, tmp: Path) -> str:
@@ -130,6 +139,9 @@ def tiny_model(path: Path) -> None:
 def sandbox(tmp: Path) -> dict[str, str]:
     """The block's environment: no job variables; bank, work path, locks, HOME and TMPDIR under `tmp`."""
     env = isolated_environ(tmp)                 # bank (created), locks, HOME, AOE_SEARCH_BUDGET=2000
+    # the shipped built-in bank on, as a reader's shell has it (a block asks for --no_builtin itself):
+    # its hits make the zoo jobs of the blocks cheap; tuning every case is the job tests' business
+    env.pop("AOE_BUILTIN_BANK", None)
     for sub in ("work", "tmp"):
         (tmp / sub).mkdir(exist_ok=True)
     env.update(ASCEND_WORK_PATH=str(tmp / "work"), TMPDIR=str(tmp / "tmp"), PYTHONDONTWRITEBYTECODE="1")
@@ -219,8 +231,14 @@ def known_failure(block: Block) -> str | None:
 
 # --- the test -------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("block", ALL_BLOCKS, ids=[f"{b.path.relative_to(REPO)}#{b.index}-{b.lang or 'text'}"
-                                                    for b in ALL_BLOCKS])
+def _param(b: Block) -> object:
+    """The block as a test parameter, marked with the extras it needs (skipped where one is missing)."""
+    runs = b.lang in ("python", "py", "bash", "sh", "shell", "console")
+    marks = [pytest.mark.extra(*block_extras(b.text))] if runs and block_extras(b.text) else []
+    return pytest.param(b, marks=marks, id=f"{b.path.relative_to(REPO)}#{b.index}-{b.lang or 'text'}")
+
+
+@pytest.mark.parametrize("block", [_param(b) for b in ALL_BLOCKS])
 def test_readme_block_runs(block: Block, tmp_path: Path) -> None:
     if block.lang == "json":
         json.loads(block.text)
@@ -230,9 +248,6 @@ def test_readme_block_runs(block: Block, tmp_path: Path) -> None:
         return
     if block.lang not in ("python", "py", "bash", "sh", "shell", "console"):
         pytest.skip(f"{block.where}: not code that runs")
-    framework = missing_framework(block.text)
-    if framework:
-        pytest.skip(f"{block.where} needs {framework}, which is not installed")
     is_python = block.lang in ("python", "py")
     commands = [] if is_python else bash_commands(block.text)
     if not is_python and not commands:
@@ -312,3 +327,26 @@ def test_fences_inside_list_items(tmp_path: Path) -> None:
     blocks = fenced_blocks(md)
     assert [(b.index, b.lang, b.line, b.text) for b in blocks] == [(1, "python", 3, "import aoe\n"),
                                                                    (2, "bash", 7, "aoe bank ls\n")]
+
+
+def test_blocks_needing_an_extra_are_marked_with_it() -> None:
+    assert block_extras("aoe -m zoo:resnet50 -j 2 --work_path results\naoe report r.json -m zoo:resnet50\n") == ["report"]
+    assert block_extras("aoe explain /conv1/Conv -m zoo:resnet50 -o conv1.svg\n") == ["report"]
+    assert block_extras("aoe explain MatMulV2 --shape 8,8 --shape 8,8\naoe simulate --op Add --shape 8\n") == []
+    assert block_extras("page = write_report(res.result_file, graph, 'Ascend910B2')\n") == ["report"]
+    assert block_extras('rs = aoe.tune_models(["zoo:gpt2"], bank="/data/bank", cluster="local:2")\n') == ["dask"]
+    assert block_extras("aoe batch models.txt --scheduler local:2\n") == ["dask"]
+    assert block_extras("aoe bench search --suite random:2:0 --budgets 50 --strategies aoe,random --no-plots\n") == []
+    assert block_extras("aoe bench search --suite zoo --strategies aoe,tpe --no-plots\n") == ["bench"]
+    assert block_extras("import torch\nfrom transformers import BertModel\n") == ["torch", "torch-test"]
+    assert block_extras("import aoe.tf\n") == ["tensorflow"]
+    assert block_extras('aoe -m zoo:resnet50 -j 2 --training\naoe.tune("zoo:gpt2", mode="op")\n') == []
+
+
+def test_every_extra_marker_names_an_extra_of_pyproject() -> None:
+    import tomllib
+
+    from conftest import EXTRAS, extra_reason
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert set(EXTRAS) <= set(declared) and set(_EXTRA_USES) <= set(EXTRAS)
+    assert extra_reason("report") == "needs the report extra: pip install '.[report]'"

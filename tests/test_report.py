@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("matplotlib")
+from conftest import import_extra, isolated_environ
 
-from conftest import isolated_environ
+pytestmark = pytest.mark.extra("report")
+import_extra("report", "matplotlib")
 
 import aoe.graph
 from aoe import cli, sgat

@@ -62,7 +62,7 @@ def check_dir(path: Path, source: str) -> None:
         st = os.stat(path)
     except FileNotFoundError:
         raise AoeError(f"bank directory {path} does not exist (from {source}); create it "
-                       f"(mkdir -p {path}) or point the variable at an existing directory") from None
+                       f"(mkdir -p {path}) or use an existing directory") from None
     except OSError as exc:
         raise AoeError(f"bank directory {path} (from {source}) cannot be accessed: "
                        f"{exc.strerror}") from None

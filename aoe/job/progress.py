@@ -129,6 +129,13 @@ def opat_summary(report: Any, top: int = 10) -> list[str]:
     if recs and after > 0:
         lines.append(f"tuned operators, sum of times: {_fmt_us(before)} -> {_fmt_us(after)} "
                      f"({improvement(before, after)} faster)")
+        # a bank hit's "before" is the bank's own strategy: where hits made the two differ, also the gain
+        # over what the compiler runs without any bank (what `aoe verify` reports)
+        dflt = [r for r in recs if r.default_us is not None]
+        default, tuned = sum(r.default_us for r in dflt), sum(r.after_us for r in dflt)
+        if dflt and round(default, 3) != round(before, 3):
+            lines.append(f"  over CANN's default strategies (bank hits included): {_fmt_us(default)} -> "
+                         f"{_fmt_us(tuned)} ({improvement(default, tuned)} faster)")
     failed = [r for r in report.records if r.error]
     if failed:  # never only a count: which operator, of which type, and why
         lines.append(f"failed operators ({len(failed)}):")

@@ -28,6 +28,7 @@ from .. import graph as g
 from .. import opat
 from ..errors import AoeError
 from ..graph.training import derive_training
+from ..opat.graph_tune import case_executor
 from ..opat.report import record_from_state as opat_record
 from ..ops.coverage import format_counts, skipped_log_path, write_skipped_log
 from ..soc import Soc, load_soc
@@ -260,14 +261,17 @@ def _run_stoppable(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, t
             prev_state["done"] = list(prev_state.get("done", [])) + [d for e in journal for d in e["done"]]
             elapsed = [float(e.get("elapsed_s", 0.0)) for e in journal if isinstance(e.get("elapsed_s"), (int, float))]
             prev_state["elapsed_s"] = max([float(prev_state.get("elapsed_s", 0.0))] + elapsed)
-            _say(out, f"--reload: resuming the interrupted job in {path} "
-                      f"({len(prev_state.get('done', []))} {'operators' if kind == 'opat' else 'subgraphs'} "
-                      f"already done)")
     if not prev_state:
         rf = result_file if result_file is not None else ResultFile(settings.work_path, kind)
         key = rf.new_task()
     done = _restore(tuner, prev_state.get("done", []))
-    if graph.training:
+    if prev_state:
+        # counted once each: a case finished after the last checkpoint is in both the state and the journal
+        _say(out, f"--reload: resuming the interrupted job in {rf.path} ({len(done)} "
+                  f"{'operators' if kind == 'opat' else 'subgraphs'} already done)")
+    if graph.training and spec.graph is not None:
+        # the product's line for a training framework handing its graph over (the TensorFlow and PyTorch
+        # frontends, or an in-memory graph given to the API), not for a model file tuned with --training
         _say(out, "in tune mode, training graph handled by tools.")
     state_base = {"job": dict(job_id, model=spec.describe(), mode=spec.mode, tuning_name=tuning_name),
                   "report_key": key, "pid": os.getpid(), "host": socket.gethostname(),
@@ -301,7 +305,8 @@ def _run_stoppable(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, t
 
     write(None, False)
     _say(out, "Aoe tuning graph.")
-    for line in settings.describe():
+    # an aoe.batch run sends the operator cases to a Dask cluster: the local worker settings do not apply
+    for line in settings.describe(cluster=kind == "opat" and case_executor.get() is not None):
         _say(out, f"  {line}")
     progress = Progress(settings.progress, unit=tuner.unit, force=settings.progress_force)
     events = _JobEvents(progress, stop, write)

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 from ..bank.decision import repeat_tune as env_repeat_tune
 from ..ops import HIGH_PERFORMANCE, IMPL_MODES
 from ..bank import resolve_op_bank_dir, resolve_subgraph_bank_dir
-from ..bank.paths import check_name
+from ..bank.paths import check_dir, check_name
 from ..errors import AoeError
 from ..soc import load_soc
 from . import config as cfg
@@ -82,12 +82,18 @@ class JobSettings:
     tune_ops_file: str | None = None            # from aoe.ini's aoe_config_file
     notes: list[str] = field(default_factory=list)
 
-    def describe(self) -> list[str]:
-        lines = [f"device {self.device} of {self.n_devices}; work path {self.work_path}",
-                 f"TE_PARALLEL_COMPILER {self.te_parallel_asked or cfg.TE_PARALLEL_DEFAULT} -> "
-                 f"{self.te_parallel} simulator thread(s); TUNING_PARALLEL_NUM {self.tuning_parallel_asked} -> "
-                 f"{self.workers} worker process(es); REPEAT_TUNE={self.repeat_tune}; "
-                 f"op_select_implmode {self.implmode}"]
+    def describe(self, cluster: bool = False) -> list[str]:
+        """The job's settings as header lines; `cluster`: operator cases go to a Dask cluster (aoe.batch)."""
+        if cluster:     # the local device, threads and worker processes do not apply there
+            lines = [f"work path {self.work_path}",
+                     f"operator cases tuned on the Dask cluster's workers; REPEAT_TUNE={self.repeat_tune}; "
+                     f"op_select_implmode {self.implmode}"]
+        else:
+            lines = [f"device {self.device} of {self.n_devices}; work path {self.work_path}",
+                     f"TE_PARALLEL_COMPILER {self.te_parallel_asked or cfg.TE_PARALLEL_DEFAULT} -> "
+                     f"{self.te_parallel} simulator thread(s); TUNING_PARALLEL_NUM {self.tuning_parallel_asked} -> "
+                     f"{self.workers} worker process(es); REPEAT_TUNE={self.repeat_tune}; "
+                     f"op_select_implmode {self.implmode}"]
         if self.op_bank_dir is not None:
             lines.append(f"operator bank: {self.op_bank_dir}")
         if self.subgraph_bank_dir is not None:
@@ -235,7 +241,11 @@ def settings_from_env(env: Mapping[str, str] | None = None, *, soc: str = DEFAUL
             notes.append(note)
     bank_env = dict(env)
     if bank is not None:
-        bank_env["TUNE_BANK_PATH"] = os.fspath(bank)
+        bank_env["TUNE_BANK_PATH"] = given = os.fspath(bank)
+        if isinstance(given, str) and given and "\0" not in given:
+            # checked here so that a missing directory is blamed on the argument, not on TUNE_BANK_PATH
+            base = Path(given) if os.path.isabs(given) else Path(cwd if cwd is not None else os.getcwd()) / given
+            check_dir(base, f"the bank argument {given!r}")
     op_dir = resolve_op_bank_dir(soc, env=bank_env, cwd=cwd) if mode == 2 else None
     sg_dir = resolve_subgraph_bank_dir(soc, env=bank_env, cwd=cwd) if mode == 1 else None
     if budget is None:

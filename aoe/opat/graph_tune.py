@@ -164,7 +164,7 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
                                                   over)])
             after = tuned if outcome.writes else in_use
             recs = [OpRecord(op.name, op_type_label(op), outcome.value, in_use, after, kinds_out, case=ident,
-                             fused_names=fused_names(op)) for op in ops]
+                             fused_names=fused_names(op), default_us=default_t) for op in ops]
         for rec in recs:
             report.add(rec)
         events.case_done(recs, in_bank)

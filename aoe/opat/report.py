@@ -38,6 +38,7 @@ class OpRecord:
     error: str | None = None             # why tuning failed
     case: str | None = None              # identity of its case (operators sharing one count once)
     fused_names: tuple[str, ...] = ()    # the original operators a fused operator replaced (>= 2), else ()
+    default_us: float | None = None      # CANN's default strategy (a bank hit's `before_us` is the bank's)
 
     @property
     def result_name(self) -> str:
@@ -81,7 +82,7 @@ class OpRecord:
                 "before_us": self.before_us, "after_us": self.after_us,
                 "kinds": {k: [g.before_us, g.after_us] for k, g in self.kinds.items()},
                 "skipped": self.skipped, "error": self.error, "case": self.case,
-                "fused_names": list(self.fused_names)}
+                "fused_names": list(self.fused_names), "default_us": self.default_us}
 
 
 def record_from_state(d: Mapping[str, Any]) -> OpRecord:
@@ -89,7 +90,8 @@ def record_from_state(d: Mapping[str, Any]) -> OpRecord:
     return OpRecord(str(d["op_name"]), d["op_type"], d.get("outcome"), d.get("before_us"), d.get("after_us"),
                     {str(k): KindGain(float(v[0]), float(v[1])) for k, v in (d.get("kinds") or {}).items()},
                     d.get("skipped"), d.get("error"), d.get("case"),
-                    tuple(str(n) for n in (d.get("fused_names") or ())))
+                    tuple(str(n) for n in (d.get("fused_names") or ())),
+                    None if d.get("default_us") is None else float(d["default_us"]))
 
 
 class OpatReport:
