@@ -9,18 +9,20 @@
   the machine is shared, so one run says little.
 - `bank`: `bank_bench`'s bank of --entries records over ten operator files, then each family's first
   lookups (`lookup_first_cpu_us`: thread CPU µs per lookup, best of three passes, and the worst family).
-`compiled` lists which of aoe's Cython modules this interpreter imports compiled (an extension module)
-and which as plain Python: run it against a build without them for the "before" figures (e.g. a copy
-of an installed aoe/ of the commit before, put first on PYTHONPATH). It also lists the bank's lookup
-modules and the search drivers, which are not compiled (Cython gained nothing measurable there): to
-repeat that trial, compile aoe/bank/store.py and opfile.py (or aoe/opat/search.py) in such a copy (`cython -3 -X annotation_typing=False -X binding=True`
-with `--module-name`, then a C compiler) and run `--runs bank` against it.
 - `cases`: the same job's 186 distinct cases tuned in this one process (`tune_case`, default budget), with
   `aoe.opat.search` and `aoe.sim.heuristics` as imported (`compiled` says how) and then run from their
   .py files (interpreted), alternated `--repeat` times: process CPU seconds of each, and whether both
   gave the same results;
 - `defaults`: `default_strategy` of every kernel of the ResNet-50 (batch 8) and BERT-base training graphs,
   20 times each (the cache bypassed), as imported and interpreted: CPU ms per call.
+
+`compiled` lists which of aoe's Cython modules this interpreter imports compiled (an extension module)
+and which as plain Python: run it against a build without them for the "before" figures (e.g. copies
+of the installed aoe/ with and without the extension modules, each put first on PYTHONPATH, their .pyc
+files rebuilt by `python -m compileall`). It also lists modules measured compiled and left interpreted
+(no measurable gain: ARCHITECTURE.md, "Compiled Python"): to repeat such a trial, compile one in such
+a copy (`cython -3 -X annotation_typing=False -X binding=True --module-name aoe.bank.store store.py`,
+then a C compiler) and run this bench against it.
 """
 from __future__ import annotations
 
