@@ -1,17 +1,24 @@
 """Scaling benchmark: CPU seconds per phase on synthetic chains of 1k / 10k / 100k operators and a wide graph.
 
 Run: python bench/scale_bench.py [--sizes 1000,10000,100000] [--wide 10000] [--budget 2000]
-       [--phases load,describe,opat,sgat,training,opat_training] [--write DIR]
+       [--phases load,describe,training,graph_cli,opat,sgat,opat_training] [--report on|off] [--write FILE]
+       python bench/scale_bench.py --merge A.json B.json ...   (runs made side by side, one JSON)
 
-Prints one JSON object: per graph and phase the CPU seconds of this process (``time.process_time``; the
-tuners run serially here, ``workers=1``, so no child process does work) and the wall seconds, and the
-log-log slope of CPU against operator count between consecutive sizes (1.0 = linear, 2.0 = quadratic),
-with the CPU model, its vector flags and the date. The graphs come from `chain()` and `wide()` below:
-a chain repeats a block of Conv2D / Add / Relu / view / MatMulV2 / Add / Gelu / view over a few widths (so
-a handful of distinct tuning cases: the cost measured is the per-operator handling, not the search); the
-wide graph fans one tensor out to many short branches and sums them pairwise. Tuning uses no bank
-directory (nothing is written), the built-in bank set aside (`--no_builtin` behaviour: every distinct case
-is searched) and a strategy budget of ``--budget`` evaluations per case (AOE_SEARCH_BUDGET's meaning).
+Prints one JSON object: per graph size and phase the CPU seconds and the wall seconds, and the log-log
+slope of CPU against operator count between consecutive sizes (1.0 = linear, 2.0 = quadratic), with the
+CPU model, its vector flags and the date. Phases: `load` (the JSON graph file), `describe` (the catalogue
+over every operator), `training` (deriving the training graph) run in this process after a warm-up
+(`time.process_time`); `graph_cli` (`aoe graph FILE`), `opat` (`aoe -m FILE -j 2`), `sgat` (`-j 1` on
+Ascend910A) and `opat_training` (`-j 2 --training`) are the real commands, each a separate process
+(interpreter start, import, result files, the HTML report unless `--report off`, workers) in a fresh
+empty bank with the built-in bank set aside (`--no_builtin`: every distinct case is searched) and
+AOE_SEARCH_BUDGET=`--budget` evaluations per case; their CPU is the whole process tree's
+(bench/job_bench.py's `run_timed`).
+
+The graphs come from `chain()` and `wide()` below: a chain repeats a block of Conv2D / Add / Relu / view /
+MatMulV2 / Add / Gelu / view over two widths (a handful of distinct tuning cases: what grows with the size
+is the per-operator handling, not the search); the wide graph fans one tensor out to many branches of 8
+operators and sums them with a balanced tree of Adds. tests/test_linear_scaling.py uses the same graphs.
 """
 from __future__ import annotations
 
@@ -106,3 +113,157 @@ def wide(n_ops: int, depth: int = 8) -> Graph:
         nxt = [gen.op("Add", [ends[i], ends[i + 1]], (1, c, _HW, _HW), "NCHW") for i in range(0, len(ends) - 1, 2)]
         ends = nxt + ([ends[-1]] if len(ends) % 2 else [])
     return gen.graph([x], ends)
+
+
+# ---- measuring ------------------------------------------------------------------------------------
+
+PHASES = ("load", "describe", "training", "graph_cli", "opat", "sgat", "opat_training")
+
+
+def _vector_flags() -> list[str]:
+    """The x86 vector extensions the simulator's kernels may use on this CPU (from /proc/cpuinfo)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                have = set(line.split(":", 1)[1].split())
+                return [f for f in ("avx2", "fma", "avx512f", "avx512bw", "avx512vl") if f in have]
+    except OSError:
+        pass
+    return []
+
+
+def _in_process(fn: Callable[[], Any]) -> tuple[dict[str, float], Any]:
+    c, t = time.process_time(), time.perf_counter()
+    out = fn()
+    return {"cpu_s": round(time.process_time() - c, 3), "wall_s": round(time.perf_counter() - t, 3)}, out
+
+
+def _describe_all(g: Graph) -> int:
+    from aoe.errors import AoeError
+    from aoe.ops import describe
+
+    n = 0
+    for op in g.ops:
+        try:
+            describe(g, op)
+            n += 1
+        except AoeError:
+            pass
+    return n
+
+
+def measure(g: Graph, phases: tuple[str, ...], budget: int, workdir: Path, report: str = "on") -> dict[str, Any]:
+    """CPU/wall seconds of each phase on graph `g` (jobs as separate `aoe` processes, whole process tree)."""
+    import aoe.graph
+    from aoe.graph.training import derive_training
+    from job_bench import run_timed  # the same whole-tree timing as the job bench
+
+    path = workdir / f"{g.name}.json"
+    path.write_text(g.to_json())
+    out: dict[str, Any] = {"ops": len(g.ops), "kernels": sum(not op.is_view for op in g.ops)}
+    if "load" in phases:
+        out["load"], _ = _in_process(lambda: aoe.graph.load(path))
+    if "describe" in phases:
+        loaded = aoe.graph.load(path)
+        out["describe"], _ = _in_process(lambda: _describe_all(loaded))
+    if "training" in phases:
+        out["training"], tg = _in_process(lambda: derive_training(g))
+        out["training"]["ops"] = len(tg.ops)
+    env = {k: v for k, v in os.environ.items() if k not in ("AOE_MODE", "REPEAT_TUNE", "TUNE_BANK_PATH")}
+    env.update(AOE_SEARCH_BUDGET=str(budget), AOE_LOCK_DIR=str(workdir / "locks"), ASCEND_WORK_PATH=str(workdir),
+               HOME=str(workdir))
+    aoe_cli = [sys.executable, "-m", "aoe.cli"]
+    jobs = {"graph_cli": ["graph", str(path)],
+            "opat": ["-m", str(path), "-j", "2"],
+            "sgat": ["-m", str(path), "-j", "1", "--soc_version", "Ascend910A"],
+            "opat_training": ["-m", str(path), "-j", "2", "--training"]}
+    for phase, argv in jobs.items():
+        if phase not in phases:
+            continue
+        bank = Path(tempfile.mkdtemp(prefix="bank", dir=workdir))  # a fresh, empty custom bank per job
+        extra = [] if phase == "graph_cli" else ["--no_builtin", "--progress_bar", "off", "--report", report]
+        out[phase] = run_timed(aoe_cli + argv + extra, workdir, dict(env, TUNE_BANK_PATH=str(bank)))
+    return out
+
+
+def slopes(sizes: list[int], results: dict[int, dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """log(cpu(b)/cpu(a)) / log(b/a) per phase between consecutive sizes (1 = linear, 2 = quadratic)."""
+    out: dict[str, dict[str, float]] = {}
+    for a, b in zip(sizes, sizes[1:]):
+        key = f"{a}->{b}"
+        for phase in PHASES:
+            ra, rb = results[a].get(phase), results[b].get(phase)
+            if ra and rb and ra["cpu_s"] > 0 and rb["cpu_s"] > 0:
+                n_a, n_b = results[a]["ops"], results[b]["ops"]
+                out.setdefault(phase, {})[key] = round(math.log(rb["cpu_s"] / ra["cpu_s"]) / math.log(n_b / n_a), 3)
+    return out
+
+
+def main() -> int:
+    """Measure and print the JSON."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="1000,10000,100000", help="chain lengths (operators)")
+    ap.add_argument("--wide", default="10000", help="wide-graph sizes (operators; empty: none)")
+    ap.add_argument("--budget", type=int, default=2000, help="strategy evaluations per case (AOE_SEARCH_BUDGET)")
+    ap.add_argument("--phases", default=",".join(PHASES))
+    ap.add_argument("--report", choices=("on", "off"), default="on",
+                    help="the jobs' HTML report (on: the job's default with matplotlib installed)")
+    ap.add_argument("--write", help="also write the JSON to this file")
+    ap.add_argument("--merge", nargs="+", metavar="JSON",
+                    help="measure nothing: combine files written by runs of this bench (e.g. one per phase, "
+                         "run side by side) and print them as one JSON with the slopes")
+    args = ap.parse_args()
+    if args.merge:
+        return merge(args.merge, args.write)
+    from job_bench import _become_subreaper, machine
+
+    phases = tuple(p for p in args.phases.split(",") if p)
+    unknown = set(phases) - set(PHASES)
+    if unknown:
+        ap.error(f"unknown phases {sorted(unknown)}; choose from {', '.join(PHASES)}")
+    report: dict[str, Any] = {"bench": "scale", **machine(), "vector_flags": _vector_flags(),
+                              "python": platform.python_version(), "budget_evaluations_per_case": args.budget, "phases": list(phases),
+                              "builtin_bank": "off (--no_builtin)", "report": args.report, "whole_tree_cpu": _become_subreaper(),
+                              "note": "shared 2-core machine: CPU seconds are the figure, wall seconds beside"}
+    with tempfile.TemporaryDirectory(prefix="aoe_scale") as tmp:
+        measure(chain(64), ("load", "describe", "training"), args.budget, Path(tmp))  # imports and caches warm
+        for shape, make, spec in (("chain", chain, args.sizes), ("wide", wide, args.wide)):
+            sizes = [int(s) for s in spec.split(",") if s.strip()]
+            results: dict[int, dict[str, Any]] = {}
+            for n in sizes:
+                results[n] = measure(make(n), phases, args.budget, Path(tmp), args.report)
+                print(json.dumps({shape: {n: results[n]}}), file=sys.stderr, flush=True)  # progress
+            if sizes:
+                report[shape] = {str(n): r for n, r in results.items()}
+                report[f"{shape}_slope"] = slopes(sizes, results)
+    report["date_utc_end"] = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M")
+    text = json.dumps(report)
+    print(text)
+    if args.write:
+        Path(args.write).write_text(text + "\n")
+    return 0
+
+
+def merge(paths: list[str], write: str | None) -> int:
+    """Combine runs of this bench (their graphs and phases) into one JSON; slopes recomputed."""
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    report: dict[str, Any] = {k: v for k, v in runs[0].items() if k not in ("chain", "wide", "chain_slope", "wide_slope")}
+    report["runs"] = [{k: r.get(k) for k in ("date_utc", "date_utc_end", "load_1min", "phases")} for r in runs]
+    for shape in ("chain", "wide"):
+        results: dict[int, dict[str, Any]] = {}
+        for r in runs:
+            for n, res in r.get(shape, {}).items():
+                results.setdefault(int(n), {}).update(res)
+        if results:
+            sizes = sorted(results)
+            report[shape] = {str(n): results[n] for n in sizes}
+            report[f"{shape}_slope"] = slopes(sizes, results)
+    text = json.dumps(report)
+    print(text)
+    if write:
+        Path(write).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
