@@ -247,7 +247,8 @@ def main() -> int:
 def merge(paths: list[str], write: str | None) -> int:
     """Combine runs of this bench (their graphs and phases) into one JSON; slopes recomputed."""
     runs = [json.loads(Path(p).read_text()) for p in paths]
-    report: dict[str, Any] = {k: v for k, v in runs[0].items() if k not in ("chain", "wide", "chain_slope", "wide_slope")}
+    per_run = ("chain", "wide", "chain_slope", "wide_slope", "phases", "date_utc", "date_utc_end", "load_1min")
+    report: dict[str, Any] = {k: v for k, v in runs[0].items() if k not in per_run}
     report["runs"] = [{k: r.get(k) for k in ("date_utc", "date_utc_end", "load_1min", "phases")} for r in runs]
     for shape in ("chain", "wide"):
         results: dict[int, dict[str, Any]] = {}
