@@ -187,15 +187,15 @@ def measure(g: Graph, phases: tuple[str, ...], budget: int, workdir: Path, repor
 
 
 def slopes(sizes: list[int], results: dict[int, dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """log(cpu(b)/cpu(a)) / log(b/a) per phase between consecutive sizes (1 = linear, 2 = quadratic)."""
+    """log(cpu(b)/cpu(a)) / log(ops(b)/ops(a)) per phase between consecutive sizes measured for that phase
+    (1 = linear, 2 = quadratic)."""
     out: dict[str, dict[str, float]] = {}
-    for a, b in zip(sizes, sizes[1:]):
-        key = f"{a}->{b}"
-        for phase in PHASES:
-            ra, rb = results[a].get(phase), results[b].get(phase)
-            if ra and rb and ra["cpu_s"] > 0 and rb["cpu_s"] > 0:
-                n_a, n_b = results[a]["ops"], results[b]["ops"]
-                out.setdefault(phase, {})[key] = round(math.log(rb["cpu_s"] / ra["cpu_s"]) / math.log(n_b / n_a), 3)
+    for phase in PHASES:
+        have = [n for n in sizes if results[n].get(phase) and results[n][phase]["cpu_s"] > 0]
+        for a, b in zip(have, have[1:]):
+            ra, rb = results[a][phase]["cpu_s"], results[b][phase]["cpu_s"]
+            n_a, n_b = results[a]["ops"], results[b]["ops"]
+            out.setdefault(phase, {})[f"{a}->{b}"] = round(math.log(rb / ra) / math.log(n_b / n_a), 3)
     return out
 
 
