@@ -12,7 +12,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 from ..errors import AoeError
 from .cost import summarize
@@ -127,11 +127,61 @@ class Op:
                 "outputs": list(self.outputs), "attrs": self.attrs}
 
 
+class TrackedList(list):
+    """A list that counts its own changes (a graph's ``ops`` and ``outputs``), so per-graph indices are
+    built once per revision.
+
+    Every mutating list method bumps ``revision``; `Graph.links()` keys its memo on the list objects and
+    those numbers instead of re-reading every operator on each call (which made describing a graph's
+    operators quadratic in its size). Changing an ``Op`` in place is not seen.
+    """
+
+    __slots__ = ("revision",)
+
+    def __init__(self, ops: Iterable[Op] = ()) -> None:
+        super().__init__(ops)
+        self.revision = 0
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (TrackedList, (list(self),))
+
+
+def _mutating(name: str) -> Any:
+    base = getattr(list, name)
+
+    def method(self: TrackedList, *args: Any) -> Any:
+        self.revision += 1
+        return base(self, *args)
+
+    method.__name__ = name
+    method.__doc__ = base.__doc__
+    return method
+
+
+for _name in ("append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "__setitem__",
+              "__delitem__", "__iadd__", "__imul__"):
+    setattr(TrackedList, _name, _mutating(_name))
+del _name
+
+
+_TRACKED = frozenset({"ops", "outputs"})
+
+
+class Links(NamedTuple):
+    """A graph's index: tensor -> producing operator, tensor -> reading operators (graph order), outputs."""
+
+    producers: dict[str, Op]
+    consumers: dict[str, list[Op]]
+    outputs: frozenset[str]
+
+
 @dataclass
 class Graph:
     """A whole model: tensors by name, operators in topological order, graph inputs and outputs.
 
     ``unsupported`` lists ``{"op": name, "onnx_type": type, "reason": text}`` for operators tuning skips.
+    ``ops`` and ``outputs`` are kept as `TrackedList`s (lists that count their changes; a plain list
+    assigned to them is copied into one).
     """
 
     name: str
@@ -143,6 +193,15 @@ class Graph:
     batch_size: int = 1
     compute_dtype: str = "float16"
     training: bool = False
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _TRACKED and not isinstance(value, TrackedList):
+            value = TrackedList(value)
+        object.__setattr__(self, name, value)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the links memo is derived data: rebuilt on demand, never shipped to a worker
+        return {k: v for k, v in self.__dict__.items() if k != "_links"}
 
     # ---- queries -------------------------------------------------------------------------------
     def op_counts(self) -> dict[str, int]:
@@ -163,6 +222,19 @@ class Graph:
             for t in op.inputs:
                 out.setdefault(t, []).append(op)
         return out
+
+    def links(self) -> Links:
+        """Producers, consumers and the output set, built once per revision of ``ops`` and ``outputs``.
+
+        The index is shared by every caller until the graph changes: treat it as read-only.
+        """
+        ops, outs = self.ops, self.outputs
+        memo = self.__dict__.get("_links")
+        if memo is None or memo[0] is not ops or memo[1] != ops.revision or memo[2] is not outs \
+                or memo[3] != outs.revision:
+            memo = (ops, ops.revision, outs, outs.revision, Links(self.producers(), self.consumers(), frozenset(outs)))
+            self.__dict__["_links"] = memo
+        return memo[4]
 
     def params(self) -> list[str]:
         """Names of trainable parameter tensors, in tensor order."""

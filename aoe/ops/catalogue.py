@@ -399,14 +399,9 @@ _NZ_VECTOR = frozenset({
 _NZ = "FRACTAL_NZ"
 
 
-def _links(graph: Graph) -> tuple[dict[str, Op], dict[str, list[Op]]]:
-    """Producers and consumers of every tensor, memoised on the graph for one sequence of operators."""
-    stamp = tuple(map(id, graph.ops))
-    memo = graph.__dict__.get("_aoe_links")
-    if memo is None or memo[0] != stamp:
-        memo = (stamp, graph.producers(), graph.consumers())
-        graph.__dict__["_aoe_links"] = memo
-    return memo[1], memo[2]
+def _links(graph: Graph) -> tuple[dict[str, Op], dict[str, list[Op]], frozenset[str]]:
+    """Producers, consumers and outputs: the graph's index, built once per revision (not once per operator)."""
+    return graph.links()
 
 
 def _cube_producer(t: str, prod: dict[str, Op], cons: dict[str, list[Op]]) -> Op | None:
@@ -424,7 +419,7 @@ def _cube_producer(t: str, prod: dict[str, Op], cons: dict[str, list[Op]]) -> Op
         t = p.inputs[0]
 
 
-def _consumers_through_views(t: str, cons: dict[str, list[Op]], outputs: set[str]) -> tuple[list[tuple[Op, str]], bool]:
+def _consumers_through_views(t: str, cons: dict[str, list[Op]], outputs: frozenset[str]) -> tuple[list[tuple[Op, str]], bool]:
     """Non-view readers of `t` as (operator, the tensor it reads), and whether anything else needs it in ND."""
     found: list[tuple[Op, str]] = []
     other = t in outputs
@@ -469,7 +464,7 @@ def _nz_capable(graph: Graph, v: Op, tensor: str) -> bool:
 
 def _vector_owned_sides(graph: Graph, mm: Op) -> set[str]:
     """Sides ("a", "b", "c") of matmul `mm` that are Cube edges of a vector operator (its layout choice)."""
-    prod, cons = _links(graph)
+    prod, cons, outputs = _links(graph)
     owned = set()
     for side, t in zip("ab", mm.inputs[:2]):
         while True:  # up through views to the producer
@@ -480,7 +475,7 @@ def _vector_owned_sides(graph: Graph, mm: Op) -> set[str]:
         if p is not None and _nz_capable(graph, p, p.outputs[0]) and p.outputs[0] == t:
             owned.add(side)
     if mm.outputs:
-        readers, _ = _consumers_through_views(mm.outputs[0], cons, set(graph.outputs))
+        readers, _ = _consumers_through_views(mm.outputs[0], cons, outputs)
         if (len(readers) == 1 and _cube_producer(readers[0][1], prod, cons) is mm
                 and _nz_capable(graph, readers[0][0], readers[0][1])):
             owned.add("c")
@@ -494,8 +489,7 @@ def _nz_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
 def _cube_formats(graph: Graph, op: Op, base: VectorOp, shape: tuple[int, ...],
                   kwargs: dict[str, Any]) -> tuple[Variant, Variant, list[str]] | None:
     """ND (default) and FRACTAL_NZ variants of a vector operator sharing tensors with Cube operators."""
-    prod, cons = _links(graph)
-    outputs = set(graph.outputs)
+    prod, cons, outputs = _links(graph)
     dtype = base.dtype
     edges: list[tuple[list[tuple[MatMul, MatMul]], VectorOp]] = []
     marker: list[str] = []

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import AbstractSet, Any
 
 import numpy as np
 
@@ -158,17 +158,13 @@ def _through_views(graph: Graph, producer: dict[str, Op], t: str) -> Op | None:
 
 def region_data(graph: Graph, sub: Subgraph, soc: Soc, costs: CostCache,
                 producer: dict[str, Op] | None = None, readers: dict[str, list[Op]] | None = None,
-                outputs: set[str] | None = None) -> RegionData:
+                outputs: AbstractSet[str] | None = None) -> RegionData:
     """Cost data of one subgraph (see the module docstring)."""
-    if producer is None:
-        producer = {t: op for op in graph.ops for t in op.outputs}
-    if readers is None:
-        readers = {}
-        for op in graph.ops:
-            for t in op.inputs:
-                readers.setdefault(t, []).append(op)
-    if outputs is None:
-        outputs = set(graph.outputs)
+    if producer is None or readers is None or outputs is None:
+        links = graph.links()  # the graph's index, built once (not per subgraph)
+        producer = links.producers if producer is None else producer
+        readers = links.consumers if readers is None else readers
+        outputs = links.outputs if outputs is None else outputs
     ks = sub.kernels
     n = len(ks)
     if n > MAX_KERNELS:
@@ -260,7 +256,7 @@ def region_data(graph: Graph, sub: Subgraph, soc: Soc, costs: CostCache,
             ent = tensors.setdefault(base, [i, 0, graph.tensors[base].nbytes, 0.0])
             ent[1] |= 1 << j
     for base, ent in tensors.items():
-        esc = base in outputs or _escapes(graph, base, readers, producer, local)
+        esc = base in outputs or _escapes(base, readers, outputs, local)
         ent[3] = 1.0 if esc else 0.0
     keys = sorted(edge_read)
     edges = np.array(keys, dtype=np.int64).reshape(-1, 2)
@@ -311,8 +307,7 @@ def _is_barrier(graph: Graph, p: Op, tensor: str) -> bool:
     return not (shape and tuple(shape) == tuple(main.shape[:len(shape)]))
 
 
-def _escapes(graph: Graph, t: str, readers: dict[str, list[Op]], producer: dict[str, Op],
-             local: dict[str, int]) -> bool:
+def _escapes(t: str, readers: dict[str, list[Op]], outputs: AbstractSet[str], local: dict[str, int]) -> bool:
     """True if `t` (or a view of it) is read by an operator outside the subgraph."""
     stack, seen = [t], set()
     while stack:
@@ -320,7 +315,7 @@ def _escapes(graph: Graph, t: str, readers: dict[str, list[Op]], producer: dict[
         if x in seen:
             continue
         seen.add(x)
-        if x in graph.outputs:
+        if x in outputs:  # a set: a training graph has an output per parameter
             return True
         for r in readers.get(x, []):
             if r.is_view:

@@ -76,13 +76,17 @@ def _priceable(graph: Graph, op: Op) -> bool:
 def partition(graph: Graph, priceable: Callable[[Graph, Op], bool] | None = None) -> list[Subgraph]:
     """Split `graph` into subgraphs (see the module docstring); every operator is in exactly one."""
     priceable = priceable or _priceable
-    producer: dict[str, Op] = {t: op for op in graph.ops for t in op.outputs}
+    producer, readers, _ = graph.links()
     order = {op.name: i for i, op in enumerate(graph.ops)}
     view_src: dict[str, str] = {}                      # view output tensor -> underlying tensor
 
     def source(t: str) -> str:
+        path = []
         while t in view_src:
+            path.append(t)
             t = view_src[t]
+        for v in path:  # path compression: a long run of views is walked once, not once per reader
+            view_src[v] = t
         return t
 
     region_of: dict[str, int] = {}                     # kernel op name -> subgraph index
@@ -137,11 +141,6 @@ def partition(graph: Graph, priceable: Callable[[Graph, Op], bool] | None = None
         region_of[op.name] = chosen
 
     # place every operator (views included) in graph order
-    readers: dict[str, list[Op]] = {}
-    for op in graph.ops:
-        for t in op.inputs:
-            readers.setdefault(t, []).append(op)
-
     def view_home(op: Op) -> int | None:
         if op.inputs:
             p = producer.get(source(op.inputs[0]))

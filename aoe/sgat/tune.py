@@ -89,12 +89,7 @@ def prepare(graph: Graph, soc: Soc) -> Prepared:
         return True
 
     subs = partition(graph, priceable)
-    producer: dict[str, Op] = {t: op for op in graph.ops for t in op.outputs}
-    readers: dict[str, list[Op]] = {}
-    for op in graph.ops:
-        for t in op.inputs:
-            readers.setdefault(t, []).append(op)
-    outputs = set(graph.outputs)
+    producer, readers, outputs = graph.links()  # the index describe() already built
     cases: dict[str, Case] = {}
     fixed = 0.0
     unfused = 0.0
