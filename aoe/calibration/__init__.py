@@ -21,7 +21,7 @@ from typing import Any, Iterable, Sequence
 from ..errors import AoeError
 from .match import aoe_value, family_of
 
-WHATS = ("kernel_time", "host_wall_with_launch", "peak", "fitted_cost", "head_cost", "model_time")
+WHATS = ("kernel_time", "host_wall_with_launch", "peak", "bandwidth", "fitted_cost", "head_cost", "model_time")
 UNITS = ("us", "ms", "cycles", "TFLOPS", "GFLOPS", "GB/s")
 _FIG_KEYS = {"id", "op", "shapes", "dtype", "format", "soc", "attrs", "what", "value", "unit", "where", "group",
              "variant", "note"}
@@ -142,7 +142,10 @@ def run(dirs: Sequence[str | os.PathLike[str]] | None = None) -> dict[str, Any]:
     rows = []
     cache: dict[Any, Any] = {}
     for f in figures:
-        aoe, how = aoe_value(f, cache)
+        try:
+            aoe, how = aoe_value(f, cache)
+        except AoeError as exc:  # an operator, dtype or SoC the simulator does not model: reported, not fatal
+            aoe, how = None, f"no match: {exc}"
         err = None if aoe is None else aoe / f.value - 1.0
         rows.append({"source": f.source, "id": f.id, "op": f.op, "family": family_of(f), "soc": f.soc,
                      "what": f.what, "unit": f.unit, "value": f.value,
@@ -175,8 +178,9 @@ def ranking(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         for i in range(len(rs)):
             for j in range(i + 1, len(rs)):
                 a, b = rs[i], rs[j]
-                src_faster = a["variant"] if a["value"] < b["value"] else b["variant"]
-                aoe_faster = a["variant"] if a["aoe"] < b["aoe"] else b["variant"]
+                rate = a["unit"] in ("TFLOPS", "GFLOPS", "GB/s")  # a rate: the larger is the faster
+                src_faster = a["variant"] if (a["value"] > b["value"]) == rate else b["variant"]
+                aoe_faster = a["variant"] if (a["aoe"] > b["aoe"]) == rate else b["variant"]
                 pairs.append({"source": src, "group": g, "a": a["variant"], "b": b["variant"],
                               "source_ratio": round(b["value"] / a["value"], 4),
                               "aoe_ratio": round(b["aoe"] / a["aoe"], 4),

@@ -105,8 +105,10 @@ def aoe_value(f: Any, cache: dict[Any, Any]) -> tuple[float | None, str]:
         return rate / scale, how
     if f.what in ("kernel_time", "host_wall_with_launch"):
         op = _op(f)
-        t = sim.simulate(soc, op, _strategy(soc, op, f, cache)).time_us
-        how = f"{f.attrs.get('strategy', 'default')} strategy"
+        r = sim.simulate(soc, op, _strategy(soc, op, f, cache))
+        t, how = r.time_us, f"{f.attrs.get('strategy', 'default')} strategy"
+        if f.unit in ("TFLOPS", "GFLOPS"):  # a rate the source derived from its time: the same from aoe's
+            return r.tflops * (1000.0 if f.unit == "GFLOPS" else 1.0), how + ", FLOP over the kernel's time"
         if f.attrs.get("transdata_in_graph"):
             # the source's figure includes the layout conversions the graph puts on the kernel's edges
             for src, dst in f.attrs["transdata_in_graph"]:

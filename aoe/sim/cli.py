@@ -16,7 +16,8 @@ EXAMPLES = """examples:
   aoe simulate --op Conv2D --shape 32,64,56,56 --shape 64,64,3,3 --attrs '{"pads": [1,1,1,1]}'
   aoe simulate --op TransData --shape 4096,1024 --attrs '{"src_format": "ND", "dst_format": "FRACTAL_NZ"}'
   aoe simulate --op MatMulV2 --shape 512,512 --shape 512,512 --strategy '{"usedCoreNum": 16, ...}'
-  aoe simulate --calibration          # the simulator against public Ascend figures: errors per source
+  aoe simulate --calibration [--calibration_data DIR]   # the simulator against public Ascend figures
+                                    (aoe.calibration: error per figure, per source and family)
 
 Without --strategy the CANN-like default strategy is priced (and printed).
 """
@@ -28,8 +29,8 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--soc_version", default="Ascend910B2",
                    help=f"SoC name ({', '.join(known_socs())}) or path to a platform_config .ini")
-    p.add_argument("--op", help="CANN operator type, e.g. MatMulV2, Conv2D, SoftmaxV2, Add")
-    p.add_argument("--shape", action="append",
+    p.add_argument("--op", required=True, help="CANN operator type, e.g. MatMulV2, Conv2D, SoftmaxV2, Add")
+    p.add_argument("--shape", action="append", required=True,
                    help="shape of one input, comma-separated; repeat for each input (A then B, x then weight)")
     p.add_argument("--dtype", default="float16", help="input dtype (float16, bfloat16, float32, int8)")
     p.add_argument("--format", dest="formats", default=None,
@@ -43,12 +44,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--strategy", default=None,
                    help="JSON strategy: an object with every field, or a list of values in field order")
     p.add_argument("--fields", action="store_true", help="print the strategy fields of the operator and exit")
-    p.add_argument("--calibration", action="store_true",
-                   help="compare the simulator with every public figure of the calibration data (aoe.calibration): "
-                        "print the error table, then the JSON report (no --op needed)")
-    p.add_argument("--calibration_data", action="append", default=None, metavar="DIR",
-                   help="with --calibration: a directory of <source>.json files to read instead of the shipped ones "
-                        "(repeatable)")
     return p
 
 
@@ -76,14 +71,6 @@ def main(argv: list[str]) -> int:
     from . import make_op, simulate, strategy_fields  # lazily: `aoe --help` must not load the extension
 
     args = _parser().parse_args(argv)
-    if args.calibration:
-        from .. import calibration  # lazily: it prices tuned figures through the tuners
-        report = calibration.run(args.calibration_data)
-        print(calibration.format_table(report))
-        print(json.dumps(calibration.summary_json(report)))
-        return 0
-    if not args.op or not args.shape:
-        raise AoeError("aoe simulate needs --op and at least one --shape (or --calibration)")
     soc = load_soc(args.soc_version)
     attrs = _json_arg(args.attrs, "--attrs") or {}
     if not isinstance(attrs, dict):
