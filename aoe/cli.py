@@ -48,6 +48,11 @@ def _usage() -> str:
 
 
 def _resolve(argv: Sequence[str]) -> tuple[Callable[[list[str]], int] | None, list[str]]:
+    if argv and argv[0] == "simulate" and "--calibration" in argv[1:]:
+        # the simulator's error table sits above the tuners (it prices tuned figures), not in aoe.sim
+        from .calibration.cli import main as calibration_main
+
+        return calibration_main, [a for a in argv[1:] if a != "--calibration"]
     if argv and argv[0] in SUBCOMMANDS:
         mod_name, _, func = SUBCOMMANDS[argv[0]][0].partition(":")
         module = importlib.import_module(mod_name)

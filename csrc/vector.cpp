@@ -33,38 +33,48 @@ struct VopSpec {
     int n_chan_params = 0;       // per-channel fp32 vectors (axis 1) loaded once per core, kept in UB
     double vcost_per_p0 = 0;     // extra vector cycles per 256 B for each unit of p0 (LRN: window size)
     int in_from_p0p1 = 0;        // input is p0 x p1 planes of the main (output) shape's planes (Resize)
+    // vcost is per 128 elements whatever the dtype: fp16 is computed in fp32, so fp32 costs no more per
+    // element (CANN's fits: Exp k = 0.0311 fp16 / 0.0307 fp32, Sqrt 0.0312 / 0.0313, Div 0.0460 / 0.0454)
+    bool per_elem = false;
+    bool per_out_byte = false;   // cost follows the output's bytes (Cast: fp16->fp32 k 0.0147, fp32->fp16 0.0087)
 };
 
-// Recipes: instruction counts and per-repeat costs (transcendentals several cycles per repeat,
-// inferred) for CANN's vector operators.
+// Recipes: instruction counts and per-repeat costs for CANN's vector operators. Where CANN's own
+// fitted cost of the Ascend C API exists (hicann/ge autofuse ATT, api_perf_register/v1/perf_param_v1.cpp,
+// NPU arch 2201 = Atlas A2: cycles = k * elements + b), vcost is k x 128 (fp16 elements per 256 B
+// repeat) and ninstr is b / the SoC's vec_instr_overhead_cycles (20 on Atlas A2): Add/Sub/Mul/Max/Min
+// 1.35 (k 0.0103..0.0111), RealDiv 5.9 (Div 0.046), Sqrt 4 (0.0312), Rsqrt 1 (0.0071), Sigmoid 13 / 6
+// (0.1011, b 116), Tanh 25 / 9 (0.1976, b 182), Erf 90 / 24 (0.6996, b 478), Select 1.5 / 2 (0.0118,
+// b 46), Sign 11 / 6 (0.0855, b 119), Pow 83 / 126 (PowerWithScalar 0.6497, b 2517). Relu, Abs, Exp
+// already matched it (k x 128 = 1, 1, 4). The others' costs are inferred from their expansions.
 const VopSpec kVops[] = {
     // name              cls        in out red tmp  vcost             ni nr passes    impls
     {"Relu",             C_ELT,      1, 1, 0, 0, {1, 0, 0},          1, 0, {1, 0, 0}, 1},
     {"Abs",              C_ELT,      1, 1, 0, 0, {1, 0, 0},          1, 0, {1, 0, 0}, 1},
     {"Neg",              C_ELT,      1, 1, 0, 0, {1, 0, 0},          1, 0, {1, 0, 0}, 1},
-    {"Add",              C_ELT,      2, 1, 0, 0, {1, 0, 0},          1, 0, {1, 0, 0}, 1},
-    {"Sub",              C_ELT,      2, 1, 0, 0, {1, 0, 0},          1, 0, {1, 0, 0}, 1},
-    {"Mul",              C_ELT,      2, 1, 0, 0, {1, 0, 0},          1, 0, {1, 0, 0}, 1},
-    {"Maximum",          C_ELT,      2, 1, 0, 0, {1, 0, 0},          1, 0, {1, 0, 0}, 1},
-    {"Minimum",          C_ELT,      2, 1, 0, 0, {1, 0, 0},          1, 0, {1, 0, 0}, 1},
-    {"RealDiv",          C_ELT,      2, 1, 0, 0, {4, 0, 0},          1, 0, {1, 0, 0}, 1},
-    {"Exp",              C_ELT,      1, 1, 0, 0, {4, 0, 0},          1, 0, {1, 0, 0}, 1},
-    {"Log",              C_ELT,      1, 1, 0, 0, {4, 0, 0},          1, 0, {1, 0, 0}, 1},
-    {"Sqrt",             C_ELT,      1, 1, 0, 0, {2, 0, 0},          1, 0, {1, 0, 0}, 1},
-    {"Rsqrt",            C_ELT,      1, 1, 0, 0, {2, 0, 0},          1, 0, {1, 0, 0}, 1},
-    {"Pow",              C_ELT,      1, 1, 0, 1, {10, 0, 0},         3, 0, {1, 0, 0}, 1},
-    {"Sigmoid",          C_ELT,      1, 1, 0, 1, {10, 0, 0},         4, 0, {1, 0, 0}, 1},
-    {"Tanh",             C_ELT,      1, 1, 0, 1, {12, 0, 0},         5, 0, {1, 0, 0}, 1},
+    {"Add",              C_ELT,      2, 1, 0, 0, {1.35, 0, 0},       1, 0, {1, 0, 0}, 1},
+    {"Sub",              C_ELT,      2, 1, 0, 0, {1.35, 0, 0},       1, 0, {1, 0, 0}, 1},
+    {"Mul",              C_ELT,      2, 1, 0, 0, {1.35, 0, 0},       1, 0, {1, 0, 0}, 1},
+    {"Maximum",          C_ELT,      2, 1, 0, 0, {1.35, 0, 0},       1, 0, {1, 0, 0}, 1},
+    {"Minimum",          C_ELT,      2, 1, 0, 0, {1.35, 0, 0},       1, 0, {1, 0, 0}, 1},
+    {"RealDiv",          C_ELT,      2, 1, 0, 0, {5.9, 0, 0},        1, 0, {1, 0, 0}, 1, false, 0, 0, 0, true},
+    {"Exp",              C_ELT,      1, 1, 0, 0, {4, 0, 0},          1, 0, {1, 0, 0}, 1, false, 0, 0, 0, true},
+    {"Log",              C_ELT,      1, 1, 0, 0, {4, 0, 0},          1, 0, {1, 0, 0}, 1, false, 0, 0, 0, true},
+    {"Sqrt",             C_ELT,      1, 1, 0, 0, {4, 0, 0},          1, 0, {1, 0, 0}, 1, false, 0, 0, 0, true},
+    {"Rsqrt",            C_ELT,      1, 1, 0, 0, {1, 0, 0},          1, 0, {1, 0, 0}, 1},
+    {"Pow",              C_ELT,      1, 1, 0, 1, {83, 0, 0},       126, 0, {1, 0, 0}, 1},
+    {"Sigmoid",          C_ELT,      1, 1, 0, 1, {13, 0, 0},         6, 0, {1, 0, 0}, 1, false, 0, 0, 0, true},
+    {"Tanh",             C_ELT,      1, 1, 0, 1, {25, 0, 0},         9, 0, {1, 0, 0}, 1, false, 0, 0, 0, true},
     {"Gelu",             C_ELT,      1, 1, 0, 2, {16, 0, 0},         8, 0, {1, 0, 0}, 1},
-    {"Erf",              C_ELT,      1, 1, 0, 2, {16, 0, 0},         8, 0, {1, 0, 0}, 1},
+    {"Erf",              C_ELT,      1, 1, 0, 2, {90, 0, 0},        24, 0, {1, 0, 0}, 1, false, 0, 0, 0, true},
     {"LeakyRelu",        C_ELT,      1, 1, 0, 0, {2, 0, 0},          2, 0, {1, 0, 0}, 1},
     {"ClipByValue",      C_ELT,      1, 1, 0, 0, {2, 0, 0},          2, 0, {1, 0, 0}, 1},
-    {"Cast",             C_ELT,      1, 1, 0, 0, {1, 0, 0},          1, 0, {1, 0, 0}, 1},
+    {"Cast",             C_ELT,      1, 1, 0, 0, {1, 0, 0},          1, 0, {1, 0, 0}, 1, false, 0, 0, 0, false, true},
     {"ReluGrad",         C_ELT,      2, 1, 0, 1, {2, 0, 0},          2, 0, {1, 0, 0}, 1},
     {"GeluGrad",         C_ELT,      2, 1, 0, 2, {24, 0, 0},        12, 0, {1, 0, 0}, 1},
     {"SigmoidGrad",      C_ELT,      2, 1, 0, 1, {3, 0, 0},          3, 0, {1, 0, 0}, 1},
     {"TanhGrad",         C_ELT,      2, 1, 0, 1, {3, 0, 0},          3, 0, {1, 0, 0}, 1},
-    {"Select",           C_ELT,      3, 1, 0, 0, {1, 0, 0},          1, 0, {1, 0, 0}, 1},
+    {"Select",           C_ELT,      3, 1, 0, 0, {1.5, 0, 0},        2, 0, {1, 0, 0}, 1},
     {"DropOutDoMask",    C_ELT,      2, 1, 0, 0, {2, 0, 0},          2, 0, {1, 0, 0}, 1},
     {"ApplyAdamD",       C_ELT,      4, 3, 0, 2, {18, 0, 0},        12, 0, {1, 0, 0}, 1},
     {"BNTrainingUpdate", C_ELT,      1, 1, 0, 1, {4, 0, 0},          4, 0, {1, 0, 0}, 1},
@@ -122,7 +132,7 @@ const VopSpec kVops[] = {
     {"Mish",             C_ELT,      1, 1, 0, 2, {22, 0, 0},        10, 0, {1, 0, 0}, 1},  // Softplus, Tanh, mul
     {"Sin",              C_ELT,      1, 1, 0, 2, {12, 0, 0},         8, 0, {1, 0, 0}, 1},  // range reduction + polynomial
     {"Floor",            C_ELT,      1, 1, 0, 0, {2, 0, 0},          2, 0, {1, 0, 0}, 1},  // vconv with rounding, back
-    {"Sign",             C_ELT,      1, 1, 0, 1, {3, 0, 0},          3, 0, {1, 0, 0}, 1},  // two compares, select
+    {"Sign",             C_ELT,      1, 1, 0, 1, {11, 0, 0},         6, 0, {1, 0, 0}, 1},  // two compares, select
     {"Softsign",         C_ELT,      1, 1, 0, 1, {6, 0, 0},          3, 0, {1, 0, 0}, 1},  // abs, adds, div
     {"FloorMod",         C_ELT,      2, 1, 0, 1, {8, 0, 0},          4, 0, {1, 0, 0}, 1},  // div, floor, mul, sub
     {"PRelu",            C_ELT,      2, 1, 0, 1, {4, 0, 0},          4, 0, {1, 0, 0}, 1},  // max, min, mul, add
@@ -354,7 +364,11 @@ AOE_HOT Result eval_vector(const SoC& s, const int64_t* op, const int64_t* st) {
     const double in_bytes_tile = tile_elems * ei * streamed_in;
     // First pass from HBM; later passes over the same rows hit L2 (rows in flight are small).
     const double in_pass_bytes = in_bytes_tile;
-    const double eff_in = dma_eff(s, std::max(run_in, 1.0)) * (nz_in && sp.cls == C_ROW ? 0.9 : 1.0);
+    // A row operator reducing the last axis of a FRACTAL_NZ tensor (the fractal's inner 16): the rows of
+    // a tile are whole 16-row fractals, read as N/16 contiguous runs of rows x 16 elements.
+    const bool nz_last = nz_in && sp.cls == C_ROW && I == 1;
+    if (nz_last) run_in = std::max(run_in, std::min(tile_elems, 16.0 * std::max(1.0, tile_elems / row_len)) * ei);
+    const double eff_in = dma_eff(s, std::max(run_in, 1.0)) * (nz_in && sp.cls == C_ROW && !nz_last ? 0.9 : 1.0);
     const double eff_out = dma_eff(s, std::max(run_out, 1.0));
     const double first_frac = 1.0 / passes;
     double t2 = (in_pass_bytes * first_frac / sh_h + in_pass_bytes * (1 - first_frac) / sh_l2) / eff_in;
@@ -369,7 +383,8 @@ AOE_HOT Result eval_vector(const SoC& s, const int64_t* op, const int64_t* st) {
     }
     double t3 = out_elems_tile * eo / sh_w / eff_out;
 
-    const double repeats = ceil_pos(tile_elems * ei / s.vec_bytes_per_cycle);
+    const double rep_bytes = sp.per_out_byte ? double(eo) : sp.per_elem ? 2.0 : double(ei);
+    const double repeats = ceil_pos(tile_elems * rep_bytes / s.vec_bytes_per_cycle);
     if (sp.per_row_of_p0 && op[V_P0] > 1) vcost *= double(op[V_P0]);
     if (sp.vcost_per_p0 > 0) {
         vcost += sp.vcost_per_p0 * double(op[V_P0]);
@@ -391,8 +406,18 @@ AOE_HOT Result eval_vector(const SoC& s, const int64_t* op, const int64_t* st) {
         const double lanes = s.vec_bytes_per_cycle / ei;
         const double mask_waste = width < lanes ? lanes / width : 1.0;
         tv *= (I > 1 ? std::min(mask_waste, 16.0) : 1.0);
-        if (nz_in) tv += repeats;  // reducing across fractals needs an extra gather per repeat
-        instrs += double(sp.nreduce) * rows_in_tile * std::max(1.0, std::log2(std::max(2.0, std::min(row_len, tile_elems) * ei / 256.0)));
+        if (nz_last) {
+            // NZ keeps the reduced axis across fractals: each reduction is N/16 - 1 full-width
+            // elementwise vmax/vadd over the rows x 16 slabs (in vcost) and one 16-lane block reduce
+            // per row group, not one reduce instruction per row as in ND. This is why CANN's Format
+            // tuning moves a BERT Softmax next to its BatchMatMuls to NZ (58.781 -> 26.876 us).
+            const double n1 = ceil_pos(std::min(row_len, tile_elems) / 16.0);
+            tv += double(sp.nreduce) * ceil_pos(rows_in_tile * 16.0 * ei / s.vec_bytes_per_cycle);
+            instrs += double(sp.nreduce) * n1;
+        } else {
+            if (nz_in) tv += repeats;  // reducing a non-last axis across fractals: a gather per repeat
+            instrs += double(sp.nreduce) * rows_in_tile * std::max(1.0, std::log2(std::max(2.0, std::min(row_len, tile_elems) * ei / 256.0)));
+        }
     }
     if (sp.cls == C_POOL) {
         const double kh = double(op[V_P0]), kw = double(op[V_P1]), sh = double(op[V_P2]), sw = double(op[V_P3]);

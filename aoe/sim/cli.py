@@ -16,6 +16,8 @@ EXAMPLES = """examples:
   aoe simulate --op Conv2D --shape 32,64,56,56 --shape 64,64,3,3 --attrs '{"pads": [1,1,1,1]}'
   aoe simulate --op TransData --shape 4096,1024 --attrs '{"src_format": "ND", "dst_format": "FRACTAL_NZ"}'
   aoe simulate --op MatMulV2 --shape 512,512 --shape 512,512 --strategy '{"usedCoreNum": 16, ...}'
+  aoe simulate --calibration [--calibration_data DIR]   # the simulator against public Ascend figures
+                                    (aoe.calibration: error per figure, per source and family)
 
 Without --strategy the CANN-like default strategy is priced (and printed).
 """

@@ -1,5 +1,7 @@
 """Calibration figures of the simulator against the published Ascend numbers (prints one JSON line).
 
+    python bench/calibration/figures.py      (the public-figure error table: bench/calibration/run.py)
+
 - 8192^3 fp16 matmul on Ascend910B2: the best strategy of the whole tiling space by brute force,
   as a fraction of peak (goal 80-92%), and the CANN-like default's fraction;
 - a 256 MiB fp16 Add (two 256 MiB inputs, one output): fraction of HBM bandwidth (goal 80-95%);
@@ -8,7 +10,9 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
+from pathlib import Path
 
 from aoe import sim
 from aoe.opat import simulator_measure
@@ -19,6 +23,7 @@ from aoe.soc import load_soc
 
 def main() -> None:
     """Run the three calibration cases and print their figures."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: its shared helpers
     from job_bench import machine  # the bench folder's shared helper (date, CPU model)
 
     soc = load_soc("Ascend910B2")
