@@ -7,6 +7,7 @@ import sys
 from typing import Callable, Sequence
 
 from .errors import AoeError
+from .safetext import safe_text
 
 # sub-command -> module with `main(argv: list[str]) -> int`
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -76,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise AoeError(f"unknown command {args[0]!r}; run `aoe --help` for the list of commands")
         return int(handler(rest) or 0)
     except AoeError as exc:
-        print(f"aoe: error: {exc}", file=sys.stderr)
+        print(f"aoe: error: {safe_text(exc, keep_newlines=True)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("aoe: interrupted", file=sys.stderr)

@@ -27,6 +27,7 @@ from typing import Any, Callable, Sequence
 from .. import graph as g
 from .. import opat
 from ..errors import AoeError
+from ..safetext import safe_text
 from ..graph.training import derive_training
 from ..opat.report import record_from_state as opat_record
 from ..ops.coverage import format_counts, skipped_log_path, write_skipped_log
@@ -48,7 +49,7 @@ __all__ = ["JobResult", "JobSpec", "JobSettings", "run_job", "settings_from_env"
 
 def _say(out: Callable[[str], None] | None, text: str) -> None:
     if out is not None:
-        out(text)
+        out(safe_text(text, keep_newlines=True))
 
 
 @dataclass

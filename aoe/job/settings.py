@@ -18,6 +18,7 @@ from ..ops import HIGH_PERFORMANCE, IMPL_MODES
 from ..bank import resolve_op_bank_dir, resolve_subgraph_bank_dir
 from ..bank.paths import check_name
 from ..errors import AoeError
+from ..safetext import safe_text
 from ..soc import load_soc
 from . import config as cfg
 from .lock import lock_dir as default_lock_dir
@@ -26,7 +27,7 @@ DEFAULT_SOC = "Ascend910B2"
 
 
 def _warn(text: str) -> None:
-    print(f"aoe: warning: {text}", file=sys.stderr, flush=True)
+    print(f"aoe: warning: {safe_text(text, keep_newlines=True)}", file=sys.stderr, flush=True)
 
 
 @dataclass
