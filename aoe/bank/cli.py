@@ -156,6 +156,13 @@ def _import(b: _Banks, file: str, force: bool) -> int:
     lines = jsonl.read_lines(path, lambda rec: None if type(rec) is dict else "not a JSON object",
                              warn=False)
     rejected = list(lines.problems)
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        size = lines.offset
+    if size > lines.offset and not lines.open_tail:
+        # a last line without its newline that is no record: in a bank an append in flight, here garbage
+        rejected.append((lines.nlines + 1, "not valid JSON (corrupt or truncated line)"))
     ops: list[Pending] = []
     subgraphs = []
     for rec, n in zip(lines.recs, lines.linenos):
@@ -178,6 +185,8 @@ def _import(b: _Banks, file: str, force: bool) -> int:
                                         default, aoe))
         except (AoeError, KeyError, TypeError) as exc:
             rejected.append((n, f"not a usable bank record: {exc}"))
+    if not ops and not subgraphs and not rejected:
+        raise AoeError(f"import file {path} holds no bank records; give a file `aoe bank export` wrote")
     counts: dict[str, int] = {}
     for outcome in b.custom.save(ops) + (b.subgraph.save(subgraphs) if subgraphs else []):
         counts[outcome] = counts.get(outcome, 0) + 1
