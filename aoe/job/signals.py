@@ -80,8 +80,12 @@ class StopFlag:
         self._children_before = {p.pid for p in multiprocessing.active_children()}
         if threading.current_thread() is not threading.main_thread():
             return
+        early = None
         for s in (signal.SIGINT, signal.SIGTERM):
             self._prev[s] = signal.signal(s, self._handler)
+            early = early or getattr(self._prev[s], "aoe_early_signal", None)
+        if early is not None and self.signum is None:
+            self._handler(early, None)  # it came before the job was ready (aoe.cli.EarlySignals)
 
     def restore(self) -> None:
         if signal.SIGALRM in self._prev:
