@@ -39,7 +39,8 @@ def _default_perms(fd: int) -> None:
     os.fchmod(fd, 0o666 & ~umask())
 
 
-def _kind(mode: int) -> str:
+def kind_of(mode: int) -> str:
+    """What a non-regular file is, for a message (\"a symbolic link\", \"a FIFO\", ...)."""
     return ("a symbolic link" if stat.S_ISLNK(mode) else "a directory" if stat.S_ISDIR(mode)
             else "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
             else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
@@ -52,7 +53,7 @@ def check_target(path: str | os.PathLike[str]) -> None:
     except OSError:
         return  # missing (created) or unreachable (the write itself reports it)
     if not stat.S_ISREG(st.st_mode):
-        raise AoeError(f"{os.fspath(path)} is {_kind(st.st_mode)}, not a regular file: aoe writes only "
+        raise AoeError(f"{os.fspath(path)} is {kind_of(st.st_mode)}, not a regular file: aoe writes only "
                        f"regular files and never replaces or follows anything else; give another output path")
 
 

@@ -281,7 +281,7 @@ def test_9_special_bank_paths_are_one_input_error(job: dict, tmp_path: Path, whe
     env = isolated_environ(tmp_path)
     env["AOE_SEARCH_BUDGET"] = "200"
     bank = OpBank(Path(env["TUNE_BANK_PATH"]) / SOC, SOC)
-    path = bank.path_for(MM)
+    path = bank.path_for("MatMulV2")  # the job's operator (a single-op MatMulV2)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     if where == "dir_symlink":

@@ -182,3 +182,40 @@ def share_like_dir(path: Path | int, dir_st: os.stat_result, directory: bool = F
             chown(path, -1, dir_st.st_gid)  # type: ignore[arg-type]
         except OSError:
             pass
+
+
+def _refuse_special(path: Path, want_dir: bool) -> None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise AoeError(f"cannot check bank path {path}: {exc.strerror}") from None
+    ok = stat.S_ISDIR(st.st_mode) if want_dir else stat.S_ISREG(st.st_mode)
+    if not ok:
+        from ..durable import kind_of
+
+        raise AoeError(f"bank path {path} is {kind_of(st.st_mode)}, not a {'directory' if want_dir else 'regular file'}: "
+                       f"aoe never follows links or opens special files inside a bank; remove it (or replace "
+                       f"it with a copy)")
+    if not want_dir and st.st_nlink > 1:
+        raise AoeError(f"bank file {path} has {st.st_nlink} hard links; aoe refuses multiply-linked bank files "
+                       f"(a planted link could copy another file into the bank): replace it with a copy")
+
+
+def check_bank_tree(op_bank_dir: Path | None, subgraph_bank_dir: Path | None,
+                    subgraph_file: str = "subgraph.json") -> None:
+    """Refuse a bank with a symbolic link, FIFO, device, socket or directory where aoe keeps a bank file
+    (or a link as `unified_bank/`), once and before any tuning: an input error, not a failed case."""
+    if op_bank_dir is not None:
+        ub = Path(op_bank_dir) / "unified_bank"
+        _refuse_special(ub, want_dir=True)
+        try:
+            names = sorted(e.name for e in os.scandir(ub)) if ub.is_dir() else []
+        except OSError as exc:
+            raise AoeError(f"cannot list bank directory {ub}: {exc.strerror}") from None
+        for name in names:
+            if name.endswith("_runtime_kb.json"):
+                _refuse_special(ub / name, want_dir=False)
+    if subgraph_bank_dir is not None:
+        _refuse_special(Path(subgraph_bank_dir) / subgraph_file, want_dir=False)

@@ -26,6 +26,7 @@ from typing import Any, Callable, Sequence
 
 from .. import graph as g
 from .. import opat
+from ..bank.paths import check_bank_tree
 from ..errors import AoeError
 from ..safetext import safe_text
 from ..graph.training import derive_training
@@ -197,6 +198,7 @@ def run_job(spec: JobSpec, settings: JobSettings, *, out: Callable[[str], None] 
         _warn(note)
     tuning_name = task_name(spec, graph)
     only = selected_ops(spec, graph, tuning_name)
+    check_bank_tree(settings.op_bank_dir, settings.subgraph_bank_dir)  # a planted link: refused once, here
 
     lock = None
     if settings.lock:
