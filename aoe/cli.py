@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import warnings
 from typing import Callable, Sequence
 
 from .errors import AoeError
@@ -97,6 +98,20 @@ class EarlySignals:
                 signal.signal(s, self)
 
 
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: object = None, line: str | None = None, *, _default: Callable[..., None] = warnings.showwarning
+                  ) -> None:
+    """aoe's own warnings (BankWarning, ...) as one line, `aoe: warning: ...`, without the Python source
+    line the default format prints under it (it looks like a traceback); other warnings as usual."""
+    if getattr(category, "__module__", "").startswith("aoe."):
+        try:
+            print(f"aoe: warning: {safe_text(message, keep_newlines=True)}", file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
+        return
+    _default(message, category, filename, lineno, file, line)
+
+
 def _resolve(argv: Sequence[str]) -> tuple[Callable[[list[str]], int] | None, list[str]]:
     if argv and argv[0] in SUBCOMMANDS:
         mod_name, _, func = SUBCOMMANDS[argv[0]][0].partition(":")
@@ -126,7 +141,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print("the tuning job\n==============\n" + job_parser().format_help())
                 return 0
             raise AoeError(f"unknown command {args[0]!r}; run `aoe --help` for the list of commands")
-        return int(handler(rest) or 0)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return int(handler(rest) or 0)
     except AoeError as exc:
         print(f"aoe: error: {safe_text(exc, keep_newlines=True)}", file=sys.stderr)
         return 2

@@ -91,3 +91,42 @@ def parse_json(raw: bytes | str, what: str) -> Any:
         raise AoeError(f"{what} is not UTF-8 text") from None
     except ValueError as exc:  # JSONDecodeError, and any other number the parser cannot take
         raise AoeError(f"{what} is not valid JSON ({getattr(exc, 'msg', exc)})") from None
+
+
+# --- environment values ---------------------------------------------------------------------------
+
+_BLANKS = " \t\n\r\f\v"  # ASCII whitespace only: str.strip() would also drop U+00A0, U+3000, ...
+
+
+def env_text(value: str) -> str:
+    """An environment (or aoe.ini) value as aoe reads it: surrounding ASCII blanks ignored, the same for
+    every variable."""
+    return value.strip(_BLANKS)
+
+
+def env_int(name: str, value: str, lo: int, hi: int, what: str = "") -> int:
+    """An integer from `lo` to `hi` written in ASCII digits (an optional sign), else an AoeError naming
+    `name`, the value and `what` to set it to. (int() would take Arabic-Indic or fullwidth digits.)"""
+    text = env_text(value)
+    digits = text[1:] if text[:1] in ("+", "-") else text
+    hint = what or f"set it to an integer from {lo} to {hi}"
+    if not (digits and digits.isascii() and digits.isdigit()) or len(digits) > 30:
+        raise AoeError(f"{name}={value!r} is not valid; {hint}")
+    n = int(text)
+    if not lo <= n <= hi:
+        raise AoeError(f"{name}={value!r} is out of range; {hint}")
+    return n
+
+
+def env_float(name: str, value: str, lo: float, hi: float, what: str) -> float:
+    """A finite number from `lo` to `hi` in ASCII (`float` syntax), else an AoeError naming `name`."""
+    text = env_text(value)
+    try:
+        if not text.isascii() or "_" in text or len(text) > 40:
+            raise ValueError
+        x = float(text)
+    except ValueError:
+        x = float("nan")
+    if not lo <= x <= hi:  # NaN fails too
+        raise AoeError(f"{name}={value!r} is not valid; {what}")
+    return x

@@ -309,9 +309,11 @@ def test_10_every_knowledge_field_is_checked(env: Path, extra: dict, capsys: pyt
     bank = OpBank(env / "bank" / SOC, SOC)
     bank.save([make_pending(MM, mm_key(16), mm_know(1), 2.0)])
     path = bank.path_for(MM)
+    from aoe.bank import jsonl
+
     rec = json.loads(path.read_text())
     rec["knowledge"].update(extra)
-    path.write_text(json.dumps(rec) + "\n")
+    path.write_bytes(jsonl.dumps(rec) + b"\n")  # aoe's own compact layout: the native reader's fast path
     assert main(["bank", "verify"]) == 1
     assert "knowledge" in capsys.readouterr().out
     import warnings

@@ -53,6 +53,15 @@ def _owner_rwx_for_root(st: os.stat_result) -> bool:
     return (st.st_mode & stat.S_IRWXU) == stat.S_IRWXU
 
 
+def rwx_ok(path: Path, st: os.stat_result) -> bool:
+    """Read+write+execute for this user; for root (who passes every `os.access`) the owner bits too, so a
+    `chmod 555` directory is refused for root as for its owner. The one rule of bank and lock directories."""
+    ok = os.access(path, os.R_OK | os.W_OK | os.X_OK)
+    if ok and os.geteuid() == 0:
+        ok = _owner_rwx_for_root(st)
+    return ok
+
+
 def check_dir(path: Path, source: str) -> None:
     """Raise AoeError unless `path` is an existing directory with read+write+execute permission.
 
@@ -68,10 +77,7 @@ def check_dir(path: Path, source: str) -> None:
                        f"{exc.strerror}") from None
     if not stat.S_ISDIR(st.st_mode):
         raise AoeError(f"bank path {path} (from {source}) is not a directory")
-    ok = os.access(path, os.R_OK | os.W_OK | os.X_OK)
-    if ok and os.geteuid() == 0:
-        ok = _owner_rwx_for_root(st)
-    if not ok:
+    if not rwx_ok(path, st):
         raise AoeError(f"bank directory {path} (from {source}) needs read, write and execute "
                        f"permission for the current user (mode {stat.filemode(st.st_mode)}); "
                        f"fix it with chmod u+rwx (or g+rwx for a shared bank) or choose another directory")
