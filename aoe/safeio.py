@@ -5,7 +5,9 @@ user but may be anything: `/dev/zero` would grow forever, a FIFO would block the
 file would fill the memory. `read_regular` opens without blocking, checks that it is a regular file,
 and refuses (never truncates) a file over its cap, with an `AoeError` saying what to do. `parse_json`
 parses what such a file holds with bounds (nesting, digits, finite numbers), so no hostile file ends in
-a RecursionError or ValueError traceback.
+a RecursionError or ValueError traceback. Environment values are untrusted input too: `env_text`,
+`env_int` and `env_float` are the one parser of every variable (ASCII blanks around a value ignored,
+ASCII digits only: `int()` alone would take Arabic-Indic or fullwidth digits).
 """
 from __future__ import annotations
 
