@@ -154,9 +154,9 @@ def read_result(path: str | os.PathLike[str], task: str | None = None
     if st.st_size > MAX_RESULT_BYTES:
         raise AoeError(f"{p} is {st.st_size} bytes, larger than any result file ({MAX_RESULT_BYTES} max)")
     try:
-        doc = parse_json(read_regular(p, MAX_RESULT_BYTES, "result file"), f"result file {p}")
+        doc = parse_json(read_regular(p, MAX_RESULT_BYTES, "result file"), str(p))
     except AoeError as exc:
-        raise AoeError(f"{exc}; give the aoe_result_*.json a job wrote") from None
+        raise AoeError(f"not a readable JSON result file: {exc}; give the aoe_result_*.json a job wrote") from None
     if not isinstance(doc, dict) or not doc:
         raise AoeError(f"{p} holds no tuning task: give the aoe_result_*.json file a job wrote")
     keys = [k for k, v in doc.items() if isinstance(v, list)]
