@@ -82,6 +82,7 @@ class EarlySignals:
 
     def __init__(self) -> None:
         self.aoe_early_signal: int | None = None
+        self._prev: dict[int, object] = {}
 
     def __call__(self, signum: int, frame: object) -> None:
         if self.aoe_early_signal is not None:  # a second signal: stop at once
@@ -95,7 +96,15 @@ class EarlySignals:
 
         if threading.current_thread() is threading.main_thread():
             for s in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(s, self)
+                self._prev[s] = signal.signal(s, self)
+
+    def restore(self) -> None:
+        """Give SIGINT/SIGTERM back to the handlers they had (main() leaves no handler of its own behind)."""
+        import signal
+
+        for s, h in self._prev.items():
+            signal.signal(s, h)  # type: ignore[arg-type]
+        self._prev.clear()
 
 
 def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
@@ -127,8 +136,9 @@ def _resolve(argv: Sequence[str]) -> tuple[Callable[[list[str]], int] | None, li
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `aoe` console script; returns the process exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    early = EarlySignals()
     if _is_job(args):
-        EarlySignals().install()  # before the job's modules are even imported
+        early.install()  # before the job's modules are even imported
     try:
         check_arg_sizes(args)
         handler, rest = _resolve(args)
@@ -156,6 +166,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError:
             pass
         return 0
+    finally:
+        early.restore()
 
 
 if __name__ == "__main__":  # pragma: no cover

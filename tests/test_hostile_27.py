@@ -272,6 +272,12 @@ def test_8_sigterm_before_the_job_started_still_says_tuning_incomplete(job: dict
     assert "tuning incomplete" in result.read_text(encoding="utf-8")
 
 
+def test_8_the_command_leaves_no_signal_handler_behind(env: Path, capsys: pytest.CaptureFixture) -> None:
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    assert main(["--singleop", str(env / "missing.json"), "-j", "2"]) == 2
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
 # --- 9. special paths in the bank --------------------------------------------------------------------
 
 @pytest.mark.parametrize("where", ["file_symlink", "dir_symlink", "file_fifo", "file_dir"])
