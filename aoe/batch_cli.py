@@ -16,6 +16,7 @@ from typing import Any
 
 from .batch import CaseFarm, open_batch
 from .batch.listfile import load_list
+from .safetext import safe_text
 from .job.api import TuneOptions, tune_models
 from .job.run import load_graph
 from .job.settings import JobSpec, settings_from_env
@@ -57,7 +58,7 @@ def main(argv: list[str]) -> int:
         env["TUNE_BANK_PATH"] = args.tune_bank_path
     opts = TuneOptions(budget=args.search_budget, device=args.device, reload=args.reload,
                        progress=args.progress_bar == "on", verbose=True)
-    say = (lambda s: print(s, file=sys.stderr, flush=True))
+    say = (lambda s: print(safe_text(s, keep_newlines=True), file=sys.stderr, flush=True))
     results: list[Any] = []
     with CaseFarm(args.scheduler, progress=opts.progress, out=say) as farm:
         with open_batch(farm):  # prefetch every OPAT line before the first one runs

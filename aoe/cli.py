@@ -4,9 +4,11 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import warnings
 from typing import Callable, Sequence
 
 from .errors import AoeError
+from .safetext import safe_text
 
 # sub-command -> module with `main(argv: list[str]) -> int`
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -41,10 +43,82 @@ JOB_OPTIONS = ("-m", "--model", "-j", "--job_type", "--singleop", "-f", "--frame
                "--report")
 
 
+# no option value of aoe's is near this: the largest --input_shape of a many-input model is a few KiB
+MAX_ARG_BYTES = 64 * 1024
+
+
+def check_arg_sizes(argv: Sequence[str]) -> None:
+    """Refuse any argument over MAX_ARG_BYTES at once, naming its option (parsing one would take long)."""
+    for i, a in enumerate(argv):
+        n = len(a.encode("utf-8", "surrogateescape"))
+        if n > MAX_ARG_BYTES:
+            if a.startswith("--") and "=" in a:
+                name = a.split("=", 1)[0]
+            elif i > 0 and argv[i - 1].startswith("-"):
+                name = argv[i - 1]
+            else:
+                name = f"argument {i + 1}"
+            raise AoeError(f"{safe_text(name[:64])} is too long ({n} bytes; the limit is {MAX_ARG_BYTES}): "
+                           f"give a shorter value (a file for long lists)")
+
+
 def _usage() -> str:
     width = max(len(c) for c in SUBCOMMANDS)
     lines = [f"  {name:<{width}}  {desc}" for name, (_, desc) in SUBCOMMANDS.items()]
     return USAGE.format(commands="\n".join(lines))
+
+
+def _is_job(argv: Sequence[str]) -> bool:
+    """True when `argv` starts a tuning job rather than a sub-command."""
+    return bool(argv) and argv[0] not in SUBCOMMANDS and any(
+        a.split("=", 1)[0] in JOB_OPTIONS or (a.startswith("-m") and len(a) > 2)
+        or (a.startswith("-j") and len(a) > 2) for a in argv)
+
+
+class EarlySignals:
+    """SIGINT/SIGTERM arriving before the job has its own handlers (while its modules are imported and
+    the model is loaded): remembered, not fatal. The job's `StopFlag.install` takes the signal over
+    (`aoe_early_signal`), so a job stopped in its first instants still writes "tuning incomplete"."""
+
+    def __init__(self) -> None:
+        self.aoe_early_signal: int | None = None
+        self._prev: dict[int, object] = {}
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if self.aoe_early_signal is not None:  # a second signal: stop at once
+            raise KeyboardInterrupt
+        self.aoe_early_signal = signum
+
+    def install(self) -> None:
+        """Take SIGINT/SIGTERM (main thread only: elsewhere the caller's handlers stay)."""
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for s in (signal.SIGINT, signal.SIGTERM):
+                self._prev[s] = signal.signal(s, self)
+
+    def restore(self) -> None:
+        """Give SIGINT/SIGTERM back to the handlers they had (main() leaves no handler of its own behind)."""
+        import signal
+
+        for s, h in self._prev.items():
+            signal.signal(s, h)  # type: ignore[arg-type]
+        self._prev.clear()
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: object = None, line: str | None = None, *, _default: Callable[..., None] = warnings.showwarning
+                  ) -> None:
+    """aoe's own warnings (BankWarning, ...) as one line, `aoe: warning: ...`, without the Python source
+    line the default format prints under it (it looks like a traceback); other warnings as usual."""
+    if getattr(category, "__module__", "").startswith("aoe."):
+        try:
+            print(f"aoe: warning: {safe_text(message, keep_newlines=True)}", file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
+        return
+    _default(message, category, filename, lineno, file, line)
 
 
 def _resolve(argv: Sequence[str]) -> tuple[Callable[[list[str]], int] | None, list[str]]:
@@ -57,8 +131,7 @@ def _resolve(argv: Sequence[str]) -> tuple[Callable[[list[str]], int] | None, li
         mod_name, _, func = SUBCOMMANDS[argv[0]][0].partition(":")
         module = importlib.import_module(mod_name)
         return getattr(module, func or "main"), list(argv[1:])
-    if argv and any(a.split("=", 1)[0] in JOB_OPTIONS or (a.startswith("-m") and len(a) > 2)
-                    or (a.startswith("-j") and len(a) > 2) for a in argv):
+    if _is_job(argv):
         from .job.cli import main as job_main
 
         return job_main, list(argv)
@@ -68,7 +141,11 @@ def _resolve(argv: Sequence[str]) -> tuple[Callable[[list[str]], int] | None, li
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `aoe` console script; returns the process exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    early = EarlySignals()
+    if _is_job(args):
+        early.install()  # before the job's modules are even imported
     try:
+        check_arg_sizes(args)
         handler, rest = _resolve(args)
         if handler is None:
             if not args or args[0] in ("-h", "--help"):
@@ -79,9 +156,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print("the tuning job\n==============\n" + job_parser().format_help())
                 return 0
             raise AoeError(f"unknown command {args[0]!r}; run `aoe --help` for the list of commands")
-        return int(handler(rest) or 0)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return int(handler(rest) or 0)
     except AoeError as exc:
-        print(f"aoe: error: {exc}", file=sys.stderr)
+        print(f"aoe: error: {safe_text(exc, keep_newlines=True)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("aoe: interrupted", file=sys.stderr)
@@ -92,6 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError:
             pass
         return 0
+    finally:
+        early.restore()
 
 
 if __name__ == "__main__":  # pragma: no cover

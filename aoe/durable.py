@@ -7,9 +7,12 @@ job's result files both write this way; they differ only in the permissions they
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Callable, Iterable
+
+from .errors import AoeError
 
 _UMASK: int | None = None
 
@@ -36,14 +39,34 @@ def _default_perms(fd: int) -> None:
     os.fchmod(fd, 0o666 & ~umask())
 
 
+def kind_of(mode: int) -> str:
+    """What a non-regular file is, for a message (\"a symbolic link\", \"a FIFO\", ...)."""
+    return ("a symbolic link" if stat.S_ISLNK(mode) else "a directory" if stat.S_ISDIR(mode)
+            else "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+
+
+def check_target(path: str | os.PathLike[str]) -> None:
+    """Raise AoeError unless `path` is missing or a regular file (the one rule of every aoe writer)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return  # missing (created) or unreachable (the write itself reports it)
+    if not stat.S_ISREG(st.st_mode):
+        raise AoeError(f"{os.fspath(path)} is {kind_of(st.st_mode)}, not a regular file: aoe writes only "
+                       f"regular files and never replaces or follows anything else; give another output path")
+
+
 def atomic_replace(path: str | os.PathLike[str], data: bytes | Iterable[bytes],
                    set_perms: Callable[[int], None] | None = None) -> os.stat_result:
     """Replace `path` by `data` (bytes, or chunks of them) atomically and durably; `set_perms(fd)` sets
     the new file's mode/owner.
 
-    Returns the new file's stat. Raises OSError (the caller words the error for its users).
+    Returns the new file's stat. Raises AoeError when the target is not a regular file (`check_target`),
+    OSError otherwise (the caller words the error for its users).
     """
     path = Path(path)
+    check_target(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:

@@ -331,7 +331,8 @@ PyObject* interned(const std::string& s) {
 
 py::object bank_spec(const std::string& op, bool vector, const std::vector<std::string>& key_fields,
                      const std::vector<std::string>& knowledge_fields, long long know_max, double perf_max,
-                     py::dict attrs_cache, py::object attrs_fn, py::object unparsed) {
+                     py::dict attrs_cache, py::object attrs_fn, py::object unparsed,
+                     const std::vector<std::string>& impl_names) {
     auto sp = std::make_unique<Spec>();
     sp->op_lit = ",\"op\":\"" + op + "\"";
     sp->vector = vector;
@@ -344,6 +345,7 @@ py::object bank_spec(const std::string& op, bool vector, const std::vector<std::
         sp->know_keys.push_back(interned(f));
     }
     sp->know_max = know_max;
+    sp->impl_names = impl_names;
     sp->perf_max = perf_max;
     sp->perf_key = interned("perf_us");
     sp->default_key = interned("default_perf_us");
@@ -369,7 +371,7 @@ void add_function(py::module_& m, PyMethodDef* def) {
 void register_bank_scan(py::module_& m) {
     m.def("bank_spec", &bank_spec, py::arg("op"), py::arg("vector"), py::arg("key_fields"),
           py::arg("knowledge_fields"), py::arg("know_max"), py::arg("perf_max"), py::arg("attrs_cache"),
-          py::arg("attrs_fn"), py::arg("unparsed"),
+          py::arg("attrs_fn"), py::arg("unparsed"), py::arg("impl_names") = std::vector<std::string>{},
           "What `bank_scan` checks the lines of one operator file against (an opaque capsule).");
     add_function(m, &kScanDef);
     add_function(m, &kCaseDef);

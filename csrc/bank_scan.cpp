@@ -325,8 +325,10 @@ bool put_item(PyObject* d, PyObject* k, PyObject* v) {
     return rc == 0;
 }
 
-// The knowledge object: every schema field an integer in [0, know_max] (in any order, once), extra
-// fields any value of the narrow form. Fields in the registry order are matched by their literal.
+// The knowledge object: every schema field an integer in [0, know_max] (in any order, once), and of
+// the extra fields only `"impl"` naming one of the spec's implementations; a line with any other extra
+// field (formats, kernel, anything unknown) takes the Python path, which checks it field by field.
+// Fields in the registry order are matched by their literal.
 PyObject* read_knowledge(const Spec& sp, Cur& c) {
     const size_t nf = sp.know_lits.size();
     if (!c.ch('{')) return nullptr;
@@ -348,9 +350,17 @@ PyObject* read_knowledge(const Spec& sp, Cur& c) {
             for (size_t i = 0; i < nf && f == nf; ++i) {
                 if (sp.know_lits[i].size() == lit_len && std::memcmp(sp.know_lits[i].data(), before, lit_len) == 0) f = i;
             }
-            if (f == nf) {  // an extra field
+            if (f == nf) {  // an extra field: only "impl" with a known name is decided here
+                const char* v;
+                size_t vlen;
+                if (len != 4 || std::memcmp(s, "impl", 4) != 0 || !read_str(c, v, vlen)) break;
+                bool known = false;
+                for (const std::string& name : sp.impl_names) {
+                    if (name.size() == vlen && std::memcmp(name.data(), v, vlen) == 0) known = true;
+                }
+                if (!known) break;
                 PyObject* k = PyUnicode_DecodeASCII(s, Py_ssize_t(len), nullptr);
-                if (!put_item(d, k, k != nullptr ? read_value(c, 1) : nullptr)) break;
+                if (!put_item(d, k, k != nullptr ? PyUnicode_DecodeASCII(v, Py_ssize_t(vlen), nullptr) : nullptr)) break;
             }
         }
         if (f < nf) {

@@ -22,6 +22,8 @@ struct Spec {
     std::vector<std::string> know_lits;    // `"name":` of each knowledge field every record must hold
     std::vector<PyObject*> know_keys;      // ... the names as interned str (the cached dict's keys)
     long long know_max = 0;                // largest knowledge value allowed
+    std::vector<std::string> impl_names;   // the values an extra `"impl"` member may hold (any other extra
+                                           // member: the line takes the Python path, which decides it)
     double perf_max = 0;                   // largest stored time allowed (µs)
     PyObject* perf_key = nullptr;          // "perf_us", "default_perf_us" (interned)
     PyObject* default_key = nullptr;

@@ -35,13 +35,14 @@ def test_the_table():
 
 
 @pytest.mark.parametrize("value,expected", [(None, False), ("", False), ("False", False), ("True", True),
-                                            ("true", True), ("FALSE", False)])
+                                            ("true", True), ("FALSE", False),
+                                            (" True", True), ("false\n", False)])  # blanks: one rule (issue 27)
 def test_repeat_tune_env(value, expected):
     env = {} if value is None else {"REPEAT_TUNE": value}
     assert repeat_tune(env) is expected
 
 
-@pytest.mark.parametrize("value", ["1", "yes", "on", "Tru", " True"])
+@pytest.mark.parametrize("value", ["1", "yes", "on", "Tru", "\u00a0True"])
 def test_repeat_tune_rejects_other_values(value):
     with pytest.raises(AoeError, match="REPEAT_TUNE"):
         repeat_tune({"REPEAT_TUNE": value})

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from aoe.bank import BankChain, BankWarning, BuiltinBank, OpBank, SubgraphBank, make_pending, query
 from aoe.bank.subgraph import make_subgraph_pending
-from aoe.bank.schema import BankKeyError, schema_for
+from aoe.bank.schema import IMPL_NAMES, BankKeyError, schema_for
 from aoe.codes import DTYPES, FORMATS, dtype_code, dtype_name, format_code, format_name
 from aoe.bank.query import clear_cache
 from aoe.bank.schema import (CONV_KEY, CONV_KNOWLEDGE, MATMUL_KEY, MATMUL_KNOWLEDGE, VECTOR_KNOWLEDGE)
@@ -26,8 +26,15 @@ JSON_SCALAR = st.one_of(st.none(), st.booleans(), st.integers(-(1 << 62), 1 << 6
 JSON_VALUE = st.recursive(JSON_SCALAR, lambda c: st.one_of(st.lists(c, max_size=3),
                                                            st.dictionaries(st.text(max_size=5), c, max_size=3)),
                           max_leaves=8)
-EXTRAS = st.dictionaries(st.text(min_size=1, max_size=8).filter(lambda k: k not in MATMUL_KNOWLEDGE),
-                         JSON_VALUE, max_size=3)
+# the fields a stored strategy may hold besides its family's (issue 27: every one is checked, so only
+# what aoe writes round-trips: a Format choice's formats, another kernel's tiling, a MatMul/Conv impl name)
+FORMAT_LISTS = st.lists(st.sampled_from(["ND", "FRACTAL_NZ", "NCHW", "NHWC", "NC1HWC0"]), min_size=1, max_size=3)
+KERNEL = st.fixed_dictionaries({"op": st.sampled_from(["MatMul", "VectorOp", "Conv2D"]),
+                                "strategy": st.dictionaries(st.from_regex(r"[a-z][A-Za-z0-9]{0,7}", fullmatch=True),
+                                                            KNOW, max_size=4)})
+EXTRAS = st.fixed_dictionaries({}, optional={"formats": FORMAT_LISTS, "kernel": KERNEL})
+MM_EXTRAS = st.fixed_dictionaries({}, optional={"formats": FORMAT_LISTS, "kernel": KERNEL,
+                                                "impl": st.sampled_from(sorted(IMPL_NAMES))})
 
 
 def mm_know(seed=0, **extra):
@@ -146,7 +153,7 @@ def test_vector_packing_separates_shapes_and_counts():
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(key=st.fixed_dictionaries({f: SMALL for f in MATMUL_KEY}),
-       know=st.fixed_dictionaries({f: KNOW for f in MATMUL_KNOWLEDGE}), extra=EXTRAS,
+       know=st.fixed_dictionaries({f: KNOW for f in MATMUL_KNOWLEDGE}), extra=MM_EXTRAS,
        perf=st.floats(min_value=1e-6, max_value=1e9))
 def test_matmul_round_trip_is_exact(tmp_path_factory, key, know, extra, perf):
     root = tmp_path_factory.mktemp("b")
@@ -408,11 +415,11 @@ def test_query_custom_then_builtin_then_none(tmp_path):
     e = next(BuiltinBank(SOC).entries("MatMulV2"))
     assert query(SOC, e.op, e.info_dict, bank_dir=tmp_path) == e.knowledge
     assert query(SOC, e.op, mm_key(m=99991), bank_dir=tmp_path) is None
-    OpBank(tmp_path, SOC).save([make_pending(e.op, e.info_dict, mm_know(5, impl=2, formats={"a": "ND"}), 1.0)])[0]
+    OpBank(tmp_path, SOC).save([make_pending(e.op, e.info_dict, mm_know(5, impl="split_k", formats=["ND", "FRACTAL_NZ", "ND"]), 1.0)])[0]
     got = query(SOC, e.op, e.info_dict, bank_dir=tmp_path)
-    assert got == mm_know(5, impl=2, formats={"a": "ND"})
-    got["formats"]["a"] = "mutated"  # the caller owns its copy
-    assert query(SOC, e.op, e.info_dict, bank_dir=tmp_path)["formats"] == {"a": "ND"}
+    assert got == mm_know(5, impl="split_k", formats=["ND", "FRACTAL_NZ", "ND"])
+    got["formats"][0] = "mutated"  # the caller owns its copy
+    assert query(SOC, e.op, e.info_dict, bank_dir=tmp_path)["formats"] == ["ND", "FRACTAL_NZ", "ND"]
 
 
 def test_query_reads_the_environment(tmp_path, monkeypatch):

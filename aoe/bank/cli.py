@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import AoeError
+from ..safetext import safe_text
 from . import jsonl
 from .paths import check_name, core_num_for, resolve_op_bank_dir, resolve_subgraph_bank_dir
 from .schema import schema_for
@@ -97,7 +98,7 @@ def _ls(b: _Banks, as_json: bool) -> int:
         if as_json:
             print(json.dumps({"source": e.source, **e.record()}))
         else:
-            print(_summary(e))
+            print(safe_text(_summary(e)))
     for s in b.subgraph.entries():
         if as_json:
             print(json.dumps({"source": "custom", **s.record()}))
@@ -156,6 +157,13 @@ def _import(b: _Banks, file: str, force: bool) -> int:
     lines = jsonl.read_lines(path, lambda rec: None if type(rec) is dict else "not a JSON object",
                              warn=False)
     rejected = list(lines.problems)
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        size = lines.offset
+    if size > lines.offset and not lines.open_tail:
+        # a last line without its newline that is no record: in a bank an append in flight, here garbage
+        rejected.append((lines.nlines + 1, "not valid JSON (corrupt or truncated line)"))
     ops: list[Pending] = []
     subgraphs = []
     for rec, n in zip(lines.recs, lines.linenos):
@@ -178,11 +186,13 @@ def _import(b: _Banks, file: str, force: bool) -> int:
                                         default, aoe))
         except (AoeError, KeyError, TypeError) as exc:
             rejected.append((n, f"not a usable bank record: {exc}"))
+    if not ops and not subgraphs and not rejected:
+        raise AoeError(f"import file {path} holds no bank records; give a file `aoe bank export` wrote")
     counts: dict[str, int] = {}
     for outcome in b.custom.save(ops) + (b.subgraph.save(subgraphs) if subgraphs else []):
         counts[outcome] = counts.get(outcome, 0) + 1
     for n, why in rejected:
-        print(f"{path}:{n}: rejected: {why}", file=sys.stderr)
+        print(safe_text(f"{path}:{n}: rejected: {why}"), file=sys.stderr)
     print(f"imported {path}: {counts.get('added', 0)} added, {counts.get('replaced', 0)} replaced "
           f"by a better strategy, {counts.get('kept', 0)} kept (existing was as good or better), "
           f"{len(rejected)} rejected")
@@ -228,7 +238,7 @@ def _verify(b: _Banks) -> int:
     bad += [f"{b.subgraph.path}:{n}: {why}" for n, why in sg]
     n_ok += sum(1 for _ in b.subgraph.entries())
     for line in bad:
-        print(line)
+        print(safe_text(line))
     print(f"verified: {n_ok} good records, {len(bad)} damaged "
           f"({b.custom.root}, built-in, {b.subgraph.path})")
     if dups:

@@ -17,6 +17,7 @@ import os
 from typing import Mapping
 
 from ..errors import AoeError
+from ..safeio import env_text
 from ..tuning import Counters, Outcome
 
 __all__ = ["Counters", "Outcome", "decide", "repeat_tune", "should_tune"]
@@ -25,10 +26,11 @@ __all__ = ["Counters", "Outcome", "decide", "repeat_tune", "should_tune"]
 def repeat_tune(env: Mapping[str, str] | None = None) -> bool:
     """Read REPEAT_TUNE (`True`/`False`, default False); anything else is an error."""
     value = (os.environ if env is None else env).get("REPEAT_TUNE", "")
-    if value == "":
+    text = env_text(value).lower()
+    if text == "":
         return False
-    if value.lower() in ("true", "false"):
-        return value.lower() == "true"
+    if text in ("true", "false"):
+        return text == "true"
     raise AoeError(f"REPEAT_TUNE={value!r} is not valid; set it to True or False")
 
 

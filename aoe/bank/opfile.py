@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from .. import _sim
 from . import jsonl
-from .schema import KNOWLEDGE_MAX, MAX_PERF_US, BankKeyError, OpSchema, _attrs_bytes
+from .schema import IMPL_NAMES, KNOWLEDGE_MAX, MAX_PERF_US, BankKeyError, OpSchema, _attrs_bytes, extras_problem
 
 HashFn = Callable[[bytes], int]
 Key = tuple[int, bytes]  # (index id, packed key): one case
@@ -169,6 +169,7 @@ def record_checker(op_type: str, schema: OpSchema, hash_fn: HashFn) -> Callable[
     pack, problem = schema.pack, schema.record_problem
     kget = itemgetter(*schema.knowledge_fields)
     st, getter, n_key = schema._struct, schema._getter, len(schema.key_fields)
+    family, n_know, know_set = schema.family, len(schema.knowledge_fields), frozenset(schema.knowledge_fields)
 
     def check(rec: Any) -> Key | str:
         why = shape(rec)
@@ -198,6 +199,10 @@ def record_checker(op_type: str, schema: OpSchema, hash_fn: HashFn) -> Callable[
             why = problem(info, know)
             if why is not None:
                 return f"does not fit the schema: {why}"
+        elif len(know) != n_know:  # fields beyond the family's: each checked (record_problem does it too)
+            why = extras_problem(family, know, know_set)
+            if why is not None:
+                return f"does not fit the schema: {why}"
         return (rec["id"] if "aoe" in rec else hash_fn(packed)), packed
     return check
 
@@ -213,7 +218,8 @@ def native_checker(op_type: str, schema: OpSchema) -> Any:
     the Python path, which decides it). Vector attrs are packed by `schema._attrs_bytes`, once per text."""
     return _sim.bank_spec(op_type, schema.family == "vector", list(schema.key_fields),
                           list(schema.knowledge_fields), KNOWLEDGE_MAX, MAX_PERF_US, _ATTRS_PACKED,
-                          lambda attrs: _attrs_bytes(op_type, attrs), _UNPARSED)
+                          lambda attrs: _attrs_bytes(op_type, attrs), _UNPARSED,
+                          sorted(IMPL_NAMES) if schema.family != "vector" else [])
 
 
 class OpFile:

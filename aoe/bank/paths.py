@@ -53,6 +53,15 @@ def _owner_rwx_for_root(st: os.stat_result) -> bool:
     return (st.st_mode & stat.S_IRWXU) == stat.S_IRWXU
 
 
+def rwx_ok(path: Path, st: os.stat_result) -> bool:
+    """Read+write+execute for this user; for root (who passes every `os.access`) the owner bits too, so a
+    `chmod 555` directory is refused for root as for its owner. The one rule of bank and lock directories."""
+    ok = os.access(path, os.R_OK | os.W_OK | os.X_OK)
+    if ok and os.geteuid() == 0:
+        ok = _owner_rwx_for_root(st)
+    return ok
+
+
 def check_dir(path: Path, source: str) -> None:
     """Raise AoeError unless `path` is an existing directory with read+write+execute permission.
 
@@ -68,10 +77,7 @@ def check_dir(path: Path, source: str) -> None:
                        f"{exc.strerror}") from None
     if not stat.S_ISDIR(st.st_mode):
         raise AoeError(f"bank path {path} (from {source}) is not a directory")
-    ok = os.access(path, os.R_OK | os.W_OK | os.X_OK)
-    if ok and os.geteuid() == 0:
-        ok = _owner_rwx_for_root(st)
-    if not ok:
+    if not rwx_ok(path, st):
         raise AoeError(f"bank directory {path} (from {source}) needs read, write and execute "
                        f"permission for the current user (mode {stat.filemode(st.st_mode)}); "
                        f"fix it with chmod u+rwx (or g+rwx for a shared bank) or choose another directory")
@@ -182,3 +188,40 @@ def share_like_dir(path: Path | int, dir_st: os.stat_result, directory: bool = F
             chown(path, -1, dir_st.st_gid)  # type: ignore[arg-type]
         except OSError:
             pass
+
+
+def _refuse_special(path: Path, want_dir: bool) -> None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise AoeError(f"cannot check bank path {path}: {exc.strerror}") from None
+    ok = stat.S_ISDIR(st.st_mode) if want_dir else stat.S_ISREG(st.st_mode)
+    if not ok:
+        from ..durable import kind_of
+
+        raise AoeError(f"bank path {path} is {kind_of(st.st_mode)}, not a {'directory' if want_dir else 'regular file'}: "
+                       f"aoe never follows links or opens special files inside a bank; remove it (or replace "
+                       f"it with a copy)")
+    if not want_dir and st.st_nlink > 1:
+        raise AoeError(f"bank file {path} has {st.st_nlink} hard links; aoe refuses multiply-linked bank files "
+                       f"(a planted link could copy another file into the bank): replace it with a copy")
+
+
+def check_bank_tree(op_bank_dir: Path | None, subgraph_bank_dir: Path | None,
+                    subgraph_file: str = "subgraph.json") -> None:
+    """Refuse a bank with a symbolic link, FIFO, device, socket or directory where aoe keeps a bank file
+    (or a link as `unified_bank/`), once and before any tuning: an input error, not a failed case."""
+    if op_bank_dir is not None:
+        ub = Path(op_bank_dir) / "unified_bank"
+        _refuse_special(ub, want_dir=True)
+        try:
+            names = sorted(e.name for e in os.scandir(ub)) if ub.is_dir() else []
+        except OSError as exc:
+            raise AoeError(f"cannot list bank directory {ub}: {exc.strerror}") from None
+        for name in names:
+            if name.endswith("_runtime_kb.json"):
+                _refuse_special(ub / name, want_dir=False)
+    if subgraph_bank_dir is not None:
+        _refuse_special(Path(subgraph_bank_dir) / subgraph_file, want_dir=False)

@@ -20,6 +20,7 @@ exact dict that is stored and packed.
 from __future__ import annotations
 
 import json
+import re
 import operator
 import struct
 from dataclasses import dataclass, field
@@ -75,6 +76,49 @@ _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 KNOWLEDGE_MAX = (1 << 31) - 1  # CANN's tiling fields are int32/uint32: a larger value is damage
 MAX_PERF_US = 1e12  # a stored time (µs) above this, or not above 0, is an impossible claim: damage
 _INT_ONLY = {int}
+
+
+# What a stored strategy may hold besides its family's fields: exactly what the tuner writes
+# (aoe/opat/tune.py `_knowledge`). "impl" names the kernel of a MatMul/Conv case: the default one, a
+# matmul implementation class (opat.tune.MATMUL_IMPLS), a catalogue kernel variant, or a vector kernel's
+# class; "formats" the tensors' formats of a Format choice; "kernel" another kernel's own tiling.
+IMPL_NAMES = frozenset({"default", "standard", "a_resident_l1", "b_resident_l1", "split_k", "cube", "vector_gemv",
+                        "img2col_cube", "conv1x1_as_matmul", "depthwise_vector", *(f"impl{i}" for i in range(16))})
+KNOWLEDGE_EXTRAS = ("impl", "formats", "kernel")
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
+
+
+def _format_ok(v: object) -> bool:
+    if type(v) is not str:
+        return False
+    try:
+        format_code(v)
+    except (AoeError, KeyError, ValueError, TypeError):
+        return False
+    return True
+
+
+def extras_problem(family: str, knowledge: Mapping[str, Any], fields: frozenset[str]) -> str | None:
+    """Why the fields of a stored strategy beyond its family's (`fields`) are not what aoe writes, or None."""
+    for k, v in knowledge.items():
+        if k in fields:
+            continue
+        if k == "impl" and family != "vector":
+            if type(v) is not str or v not in IMPL_NAMES:
+                return f"knowledge field 'impl' = {str(v)[:80]!r} names no kernel implementation of aoe's"
+        elif k == "formats":
+            if type(v) is not list or not 1 <= len(v) <= 8 or not all(map(_format_ok, v)):
+                return f"knowledge field 'formats' = {str(v)[:80]!r} is not a list of tensor format names"
+        elif k == "kernel":
+            strat = v.get("strategy") if type(v) is dict else None
+            if (type(v) is not dict or set(v) != {"op", "strategy"} or type(v["op"]) is not str
+                    or not _NAME.fullmatch(v["op"]) or type(strat) is not dict or len(strat) > 64
+                    or not all(type(f) is str and _NAME.fullmatch(f) and type(x) is int and 0 <= x <= KNOWLEDGE_MAX
+                               for f, x in strat.items())):
+                return f"knowledge field 'kernel' = {str(v)[:80]!r} is not a kernel name with its integer tiling"
+        else:
+            return f"knowledge has a field {str(k)[:40]!r} that {family} strategies do not have"
+    return None
 
 
 def _tuple_getter(fields: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
@@ -200,6 +244,10 @@ class OpSchema:
             bad = next((f, v) for f, v in zip(self.knowledge_fields, vals)
                        if type(v) is not int or not 0 <= v <= KNOWLEDGE_MAX)
             return f"knowledge field {bad[0]!r} = {bad[1]!r} is not an integer in [0, {KNOWLEDGE_MAX}]"
+        if len(knowledge) != len(vals):
+            why = extras_problem(self.family, knowledge, frozenset(self.knowledge_fields))
+            if why is not None:
+                return why
         if self._getter is not None:
             kv = self._getter(info)
             if min(kv) < 0:

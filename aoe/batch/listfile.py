@@ -93,6 +93,26 @@ def parse_list(text: str, source: str = "batch list") -> list[BatchLine]:
     return out
 
 
+def check_lines(lines: list[BatchLine], source: str) -> None:
+    """Check every line (model reference, input shapes, SoC) before anything is tuned; an error names
+    `source:line`, so a mistake on the last line never costs the tuning of the first ones."""
+    from ..graph.loader import check_model_ref
+    from ..soc import load_soc
+
+    for line in lines:
+        try:
+            check_model_ref(line.model, line.input_shape)
+            soc = load_soc(line.soc)
+            if line.mode == 1:
+                from ..sgat import check_soc
+
+                check_soc(soc)
+        except AoeError as exc:
+            raise AoeError(f"{source}:{line.lineno}: {exc}") from None
+
+
 def load_list(path: str | os.PathLike[str]) -> list[BatchLine]:
-    """Read and parse a list file."""
-    return parse_list(read_list(path), str(Path(path)))
+    """Read, parse and check a list file (`check_lines`)."""
+    lines = parse_list(read_list(path), str(Path(path)))
+    check_lines(lines, str(Path(path)))
+    return lines

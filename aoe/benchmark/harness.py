@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import sim
+from ..durable import atomic_replace
 from ..errors import AoeError
 from ..opat.search import exhaustive, simulator_measure
 from ..opat.space import space_for
@@ -180,8 +181,10 @@ class Results:
 
     def save(self, path: str) -> None:
         """Write `to_json()` to a file."""
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(self.to_json(), f, indent=1)
+        try:  # aoe's one writer rule: a regular file or nothing (never a link, device or FIFO)
+            atomic_replace(path, json.dumps(self.to_json(), indent=1).encode("utf-8"))
+        except OSError as exc:
+            raise AoeError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def run_search_bench(suite: str | Sequence[Case], strategies: Sequence[str | Strategy | Callable] | None = None,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 
+from ..durable import atomic_replace
 from ..errors import AoeError
 from .harness import Results
 
@@ -18,6 +19,18 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def _save(fig, path: str) -> None:
+    """Write a figure by aoe's one writer rule (`aoe.durable.atomic_replace`)."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    try:
+        atomic_replace(path, buf.getvalue())
+    except OSError as exc:
+        raise AoeError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _clip(v: list[float | None]) -> list[float]:
@@ -54,7 +67,7 @@ def plot_results(results: Results, out_dir: str) -> list[str]:
     fig.suptitle(f"{len(results.cases)} cases ({results.suite}) on {results.soc}")
     fig.tight_layout()
     paths.append(os.path.join(out_dir, "anytime.png"))
-    fig.savefig(paths[-1], dpi=110)
+    _save(fig, paths[-1])
     plt.close(fig)
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -71,6 +84,6 @@ def plot_results(results: Results, out_dir: str) -> list[str]:
     a1.legend(fontsize=8)
     fig.tight_layout()
     paths.append(os.path.join(out_dir, "summary.png"))
-    fig.savefig(paths[-1], dpi=110)
+    _save(fig, paths[-1])
     plt.close(fig)
     return paths

@@ -7,6 +7,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import AoeError
+from ..safetext import safe_text
 
 if TYPE_CHECKING:  # annotations only: the IR module is imported when a graph is loaded
     from .ir import Graph
@@ -121,5 +122,5 @@ def main(argv: list[str], annotate: Callable[[Graph], dict[str, Any]] | None = N
             s = {k: v for k, v in s.items() if k != "ops"}
         sys.stdout.write(json.dumps(s, indent=2) + "\n")
     else:
-        print(format_summary(s, per_op=args.per_op))
+        print(safe_text(format_summary(s, per_op=args.per_op), keep_newlines=True))
     return 0

@@ -76,6 +76,22 @@ def load(model: str | os.PathLike, input_shape: str | Mapping[str, object] | Non
     return graph
 
 
+def check_model_ref(model: str, input_shape: str | None = None) -> None:
+    """What `load` checks before reading a model (a known zoo name or an existing file, valid shapes),
+    without reading it: AoeError otherwise."""
+    parse_input_shape(input_shape)
+    if not model:
+        raise AoeError("no model given: pass a path to an .onnx file, a .json graph, or zoo:NAME")
+    if model.startswith("zoo:"):
+        zoo_model(model[4:])
+        return
+    path = Path(model)
+    if not path.exists():
+        raise AoeError(_missing("json" if path.suffix.lower() == ".json" else "onnx", model))
+    if not (path.is_file() or path.is_dir()):
+        raise AoeError(f"model path {model!r} is not a regular file")
+
+
 def framework_name(framework: int | str | None) -> str | None:
     """The loader name of a framework value (AOE's code 5 or 3, as int or text, or a name); None stays None."""
     if framework is None:

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from ..errors import AoeError
+from ..safetext import safe_text
 from ..graph.loader import framework_name
 from . import config as cfg
 
@@ -115,7 +116,7 @@ def job_parser() -> argparse.ArgumentParser:
 
 
 def _print(line: str) -> None:
-    print(line, flush=True)
+    print(safe_text(line, keep_newlines=True), flush=True)
 
 
 def main(argv: list[str]) -> int:
@@ -228,5 +229,5 @@ def verify_main(argv: list[str]) -> int:
         print(json.dumps(rep.to_dict(), indent=2))
     else:
         for line in rep.lines(top=args.top, all_ops=args.all):
-            print(line)
+            print(safe_text(line))
     return 0

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import AoeError
-from ..safeio import read_regular
+from ..safeio import env_float, env_int, env_text, read_regular
 
 DEFAULT_DEVICE_COUNT = 8
 MAX_DEVICE_COUNT = 1024
@@ -46,16 +46,7 @@ MAX_CONFIG_FILE = 1 << 20
 
 
 def _int_in(name: str, value: str, lo: int, hi: int, what: str = "") -> int:
-    text = value.strip()
-    try:
-        if not text or not (text.isdigit() or (text[0] in "+-" and text[1:].isdigit())):
-            raise ValueError
-        n = int(text)
-    except ValueError:
-        raise AoeError(f"{name}={value!r} is not valid; {what or f'set it to an integer from {lo} to {hi}'}") from None
-    if not lo <= n <= hi:
-        raise AoeError(f"{name}={value!r} is out of range; {what or f'set it to an integer from {lo} to {hi}'}")
-    return n
+    return env_int(name, value, lo, hi, what)
 
 
 def parse_mode(value: object, source: str = "AOE_MODE") -> int:
@@ -63,7 +54,7 @@ def parse_mode(value: object, source: str = "AOE_MODE") -> int:
     if isinstance(value, int) and not isinstance(value, bool) and value in MODES:
         return value
     if isinstance(value, str):
-        v = value.strip().lower()
+        v = env_text(value).lower()
         aliases = {"1": 1, "2": 2, "subgraph": 1, "sgat": 1, "op": 2, "operator": 2, "opat": 2}
         if v in aliases:
             return aliases[v]
@@ -76,9 +67,9 @@ def env_mode(env: Mapping[str, str]) -> int:
     if value is None or value == "":
         raise AoeError("the tuning mode is not set: pass --job_type/-j 1 (subgraph) or 2 (operator), "
                        "or export AOE_MODE=1|2")
-    if value.strip() not in ("1", "2"):
+    if env_text(value) not in ("1", "2"):
         raise AoeError(f"AOE_MODE={value!r} is not valid; set it to 1 (subgraph tuning) or 2 (operator tuning)")
-    return int(value.strip())
+    return int(env_text(value))
 
 
 def device_count(env: Mapping[str, str]) -> int:
@@ -134,7 +125,7 @@ def search_budget(env: Mapping[str, str]) -> int | None:
 
 def builtin_bank(env: Mapping[str, str]) -> bool:
     """AOE_BUILTIN_BANK: on (default) consults the shipped built-in banks after the custom bank, off does not."""
-    value = env.get("AOE_BUILTIN_BANK", "").strip().lower()
+    value = env_text(env.get("AOE_BUILTIN_BANK", "")).lower()
     if value in ("", "on", "1", "true"):
         return True
     if value in ("off", "0", "false"):
@@ -155,13 +146,7 @@ class IniConfig:
 
 def _seconds_in(name: str, value: str, hi: float) -> float:
     """A number of seconds from 0 to `hi`, else an error naming the key and the range."""
-    try:
-        x = float(value.strip())
-    except ValueError:
-        x = float("nan")
-    if not 0.0 <= x <= hi:  # NaN fails too
-        raise AoeError(f"{name}={value!r} is not valid; set it to a number of seconds from 0 to {hi:g}")
-    return x
+    return env_float(name, value, 0.0, hi, f"set it to a number of seconds from 0 to {hi:g}")
 
 
 def find_config(explicit: str | os.PathLike[str] | None, env: Mapping[str, str],

@@ -33,6 +33,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ..bank.paths import rwx_ok
 from ..errors import AoeError
 from .result import pid_alive
 
@@ -82,6 +83,10 @@ def check_dir(d: Path) -> None:
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         raise AoeError(f"the device lock directory {d} is not a directory (or is a symbolic link); "
                        f"remove it or set AOE_LOCK_DIR to a directory")
+    if not rwx_ok(d, st):
+        raise AoeError(f"the device lock directory {d} needs read, write and execute permission for the current "
+                       f"user (mode {stat.filemode(st.st_mode)}); fix it with chmod u+rwx or set AOE_LOCK_DIR to "
+                       f"a directory every tuning user can write")
     me = os.geteuid()
     others_write = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
     if st.st_uid not in (0, me):

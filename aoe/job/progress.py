@@ -6,6 +6,7 @@ import sys
 from typing import Any, Sequence, TextIO
 
 from ..tuning import improvement
+from ..safetext import safe_text
 
 
 class Progress:
@@ -52,6 +53,7 @@ class Progress:
         self.ops += n_ops
         if self.bar is None:
             return
+        current = safe_text(current)
         name = current if len(current) <= 40 else "…" + current[-39:]
         self.bar.set_postfix_str(f"{self.ops} ops, hits {self.hits}, {name}", refresh=False)
         self.bar.update(1)
@@ -72,6 +74,7 @@ def _fmt_us(us: float | None) -> str:
 
 def table(rows: Sequence[Sequence[str]], header: Sequence[str], right: Sequence[bool]) -> list[str]:
     """A plain text table (first column left-aligned unless `right` says otherwise)."""
+    rows = [[safe_text(c) for c in row] for row in rows]
     cols = list(zip(header, *rows)) if rows else [(h,) for h in header]
     widths = [max(len(str(c)) for c in col) for col in cols]
     out = []

@@ -26,7 +26,9 @@ from typing import Any, Callable, Sequence
 
 from .. import graph as g
 from .. import opat
+from ..bank.paths import check_bank_tree
 from ..errors import AoeError
+from ..safetext import safe_text
 from ..graph.training import derive_training
 from ..opat.graph_tune import case_executor
 from ..opat.report import record_from_state as opat_record
@@ -49,7 +51,7 @@ __all__ = ["JobResult", "JobSpec", "JobSettings", "run_job", "settings_from_env"
 
 def _say(out: Callable[[str], None] | None, text: str) -> None:
     if out is not None:
-        out(text)
+        out(safe_text(text, keep_newlines=True))
 
 
 @dataclass
@@ -197,6 +199,7 @@ def run_job(spec: JobSpec, settings: JobSettings, *, out: Callable[[str], None] 
         _warn(note)
     tuning_name = task_name(spec, graph)
     only = selected_ops(spec, graph, tuning_name)
+    check_bank_tree(settings.op_bank_dir, settings.subgraph_bank_dir)  # a planted link: refused once, here
 
     lock = None
     if settings.lock:

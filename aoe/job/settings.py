@@ -18,6 +18,8 @@ from ..ops import HIGH_PERFORMANCE, IMPL_MODES
 from ..bank import resolve_op_bank_dir, resolve_subgraph_bank_dir
 from ..bank.paths import check_dir, check_name
 from ..errors import AoeError
+from ..safeio import env_text
+from ..safetext import safe_text
 from ..soc import load_soc
 from . import config as cfg
 from .lock import lock_dir as default_lock_dir
@@ -26,7 +28,7 @@ DEFAULT_SOC = "Ascend910B2"
 
 
 def _warn(text: str) -> None:
-    print(f"aoe: warning: {text}", file=sys.stderr, flush=True)
+    print(f"aoe: warning: {safe_text(text, keep_newlines=True)}", file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -103,7 +105,7 @@ class JobSettings:
 
 def check_launch(env: Mapping[str, str]) -> None:
     """Refuse tuning inside a multi-device training launch, as the product does."""
-    rank_size = str(env.get("RANK_SIZE", "") or "").strip()
+    rank_size = env_text(str(env.get("RANK_SIZE", "") or ""))
     if rank_size and rank_size != "1":
         raise AoeError(f"RANK_SIZE={rank_size} says this is a multi-device training launch: tuning runs on one "
                        f"device only; unset RANK_SIZE (or set it to 1) and tune in a single-device run")

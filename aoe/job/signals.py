@@ -9,6 +9,9 @@ import threading
 from concurrent.futures import InvalidStateError
 from typing import Any
 
+from ..errors import AoeError
+from ..safeio import env_float
+
 
 class StopFlag:
     """SIGINT/SIGTERM set the flag (the tuner stops between cases); a second signal stops at once.
@@ -25,8 +28,8 @@ class StopFlag:
         self._children_before: set[int | None] = set()
         if grace is None:
             try:
-                grace = float(os.environ.get("AOE_STOP_GRACE", "") or 10)
-            except ValueError:
+                grace = env_float("AOE_STOP_GRACE", os.environ.get("AOE_STOP_GRACE", "") or "10", 0.0, 1e6, "")
+            except AoeError:
                 grace = 10.0
         self.grace = max(0.0, grace)
 
@@ -80,8 +83,12 @@ class StopFlag:
         self._children_before = {p.pid for p in multiprocessing.active_children()}
         if threading.current_thread() is not threading.main_thread():
             return
+        early = None
         for s in (signal.SIGINT, signal.SIGTERM):
             self._prev[s] = signal.signal(s, self._handler)
+            early = early or getattr(self._prev[s], "aoe_early_signal", None)
+        if early is not None and self.signum is None:
+            self._handler(early, None)  # it came before the job was ready (aoe.cli.EarlySignals)
 
     def restore(self) -> None:
         if signal.SIGALRM in self._prev:

@@ -146,9 +146,10 @@ class OpatReport:
         return [r for r in self.records if r.skipped]
 
     def to_result_section(self) -> dict[str, Any] | None:
-        """The `OPAT` object of a result file; None when nothing was tunable."""
+        """The `OPAT` object of a result file; None when nothing was tunable (a job stopped before its
+        first case still says "tuning incomplete")."""
         counters = self.counters
-        if counters.total_num == 0 and not self.failed:
+        if counters.total_num == 0 and not self.failed and not (self.status == INCOMPLETE and self.cases_tuned):
             return None
         records = self.records
         out: dict[str, Any] = {

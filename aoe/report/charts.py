@@ -15,7 +15,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from ..durable import atomic_replace, check_target
 from ..errors import AoeError
+from ..safetext import safe_text
 from ..tuning import gain_pct
 from .data import CaseView, ReportData, SubgraphView
 
@@ -71,11 +73,21 @@ def to_svg(fig: Any, name: str) -> str:
 
 
 def save(fig: Any, path: str) -> None:
-    """Write a figure to a file (format from the suffix: .svg or .png)."""
+    """Write a figure to a file (format from the suffix: .svg or .png), by aoe's one writer rule
+    (`aoe.durable.atomic_replace`: a regular file or nothing; never a link, device or FIFO)."""
     import matplotlib
 
+    check_target(path)  # before drawing: a refused target costs nothing
+    buf = io.BytesIO()
     with _RC_LOCK, matplotlib.rc_context(_SVG_RC):
-        fig.savefig(path, dpi=110)
+        fig.savefig(buf, format=path.rsplit(".", 1)[-1].lower(), dpi=110)
+    atomic_replace(path, buf.getvalue())
+
+
+def plain(text: object) -> str:
+    """A name as plain text for matplotlib: non-printable characters escaped (`safe_text`) and every `$`
+    escaped, so mathtext never parses what a model file named."""
+    return safe_text(text).replace("$", r"\$")
 
 
 # --- roofline -------------------------------------------------------------------------------------
@@ -178,7 +190,7 @@ def pipes(data: ReportData, n: int = 8) -> str:
         scale = 100.0 / c.default.time_us if c.default.time_us > 0 else 0.0
         name = first.get(i, c.op_type)
         short = name if len(name) <= 90 else "…" + name[-89:]
-        ax.text(0.004, 3 * k + 0.15, f"{short}  ({c.op_type}{', ×' + str(c.count) if c.count > 1 else ''})",
+        ax.text(0.004, 3 * k + 0.15, plain(f"{short}  ({c.op_type}{', ×' + str(c.count) if c.count > 1 else ''})"),
                 fontsize=7.5, fontweight="bold", va="center", transform=ax.get_yaxis_transform())
         labels.append("")
         for j, (which, kern) in enumerate((("default", c.default), ("tuned", c.tuned))):
@@ -244,7 +256,7 @@ def waterfall(data: ReportData, top: int = 12) -> str:
     unit, div = ("ms", 1000.0)
     ax1.barh([v + 0.2 for v in y], [g[1] / div for g in shown], height=0.38, color="#9ab", label="default")
     ax1.barh([v - 0.2 for v in y], [g[2] / div for g in shown], height=0.38, color="#246", label="tuned")
-    ax1.set_yticks(y, [g[0] for g in shown], fontsize=7)
+    ax1.set_yticks(y, [plain(g[0]) for g in shown], fontsize=7)
     ax1.invert_yaxis()
     ax1.set_xlabel(unit)
     ax1.set_title("where the time went" + (" (by subgraph kind)" if data.kind == "sgat" else " (by operator type)"),
@@ -255,7 +267,7 @@ def waterfall(data: ReportData, top: int = 12) -> str:
     rest = sum(g[1] - g[2] for g in by_gain[top:])
     if abs(rest) > 1e-9:
         steps.append(("other", rest))
-    labels = ["default" if data.kind == "opat" else "default fusion"] + [s[0] for s in steps] + ["tuned"]
+    labels = ["default" if data.kind == "opat" else "default fusion"] + [plain(s[0]) for s in steps] + ["tuned"]
     level = data.model_default_us
     bottoms, heights, colours = [0.0], [level], ["#9ab"]
     for _, saved in steps:
@@ -304,7 +316,7 @@ def _lane(ax: Any, s: SubgraphView, groups: Sequence[Sequence[int]], y: float) -
         ax.add_patch(FancyBboxPatch((i - 0.36, y - 0.18), 0.72, 0.36, boxstyle="round,pad=0.01,rounding_size=0.08",
                                     fc="white", ec=PIPE_COLOURS["Cube"] if t.startswith(("Conv", "MatMul", "BatchMat"))
                                     else PIPE_COLOURS["Vector"], lw=1.1))
-        ax.text(i, y, t if len(t) <= 12 else t[:11] + "…", ha="center", va="center", fontsize=6)
+        ax.text(i, y, plain(t if len(t) <= 12 else t[:11] + "…"), ha="center", va="center", fontsize=6)
 
 
 def _kernels(n: int) -> str:
@@ -324,8 +336,8 @@ def fusion_map(data: ReportData, top: int = 10) -> str:
     fig.subplots_adjust(left=0.01, right=0.99, top=0.99, bottom=0.01)
     for k, s in enumerate(subs):
         y0 = -3.0 * k
-        ax.text(-1.5, y0 + 0.05, f"subgraph {s.key}" + (" (bank)" if s.in_bank else
-                                                       " (no bank entry: default fusion)"),
+        ax.text(-1.5, y0 + 0.05, plain(f"subgraph {s.key}" + (" (bank)" if s.in_bank else
+                                                             " (no bank entry: default fusion)")),
                 fontsize=7, fontweight="bold", va="center")
         for y, name, groups in ((y0 - 1.0, "default", s.default_groups), (y0 - 2.0, "tuned", s.tuned_groups)):
             ax.text(-0.75, y, name, fontsize=7, va="center", ha="right")
@@ -352,7 +364,7 @@ def subgraph_gains(data: ReportData, top: int = 30) -> str:
     ax = fig.add_subplot()
     fig.subplots_adjust(left=0.08, right=0.99, top=0.9, bottom=0.42)
     ax.bar(range(len(subs)), [s.gain_us for s in subs], color=["#2a2" if s.gain_us > 0 else "#bbb" for s in subs])
-    ax.set_xticks(range(len(subs)), ["+".join(dict.fromkeys(s.op_types))[:22] for s in subs], rotation=60,
+    ax.set_xticks(range(len(subs)), [plain("+".join(dict.fromkeys(s.op_types))[:22]) for s in subs], rotation=60,
                   ha="right", fontsize=6.5)
     ax.set_ylabel("µs saved (all instances)")
     ax.set_title(f"per-subgraph gain: {len(data.subgraphs)} distinct subgraphs, "

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AoeError
+from ..safeio import parse_json
+from ..safetext import safe_text
 
 REPORT_EPILOG = """The result file names the job's model but not its path, so give the model again with the
 options the job had (-m, --input_shape, --training, --soc_version); the model is re-priced under the
@@ -164,10 +166,7 @@ def explain_main(argv: list[str]) -> int:
         if not args.shape:
             raise AoeError("explain an operator of a model (-m MODEL OPNAME) or a single operator "
                            "(OPTYPE --shape d0,d1 [--shape ...])")
-        try:
-            attrs = json.loads(args.attrs) if args.attrs else {}
-        except json.JSONDecodeError as exc:
-            raise AoeError(f"--attrs is not valid JSON ({exc.msg})") from None
+        attrs = parse_json(args.attrs, "--attrs") if args.attrs else {}
         if not isinstance(attrs, dict):
             raise AoeError("--attrs must be a JSON object, e.g. '{\"trans_b\": true}'")
         try:
@@ -181,7 +180,7 @@ def explain_main(argv: list[str]) -> int:
         print(json.dumps(exp.to_dict(), indent=2))
     else:
         for line in exp.lines():
-            print(line)
+            print(safe_text(line))
         if args.output:
             print(f"timeline: {args.output}")
     return 0

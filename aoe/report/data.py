@@ -9,7 +9,6 @@ in detail (`aoe.sim.simulate_batch`: busy time per pipe, bound, bytes, FLOPs).
 """
 from __future__ import annotations
 
-import json
 import os
 import stat
 from collections.abc import Mapping
@@ -22,6 +21,7 @@ import numpy as np
 from .. import sim
 from ..bank import BankChain, BuiltinBank, OpBank
 from ..errors import AoeError
+from ..safeio import parse_json, read_regular
 from ..graph import Graph
 from ..opat.apply import op_type_label, operator_cases, price, variant_for
 from ..opat.search import simulator_measure
@@ -154,9 +154,9 @@ def read_result(path: str | os.PathLike[str], task: str | None = None
     if st.st_size > MAX_RESULT_BYTES:
         raise AoeError(f"{p} is {st.st_size} bytes, larger than any result file ({MAX_RESULT_BYTES} max)")
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise AoeError(f"{p} is not a readable JSON result file ({exc}); give the aoe_result_*.json a job wrote") from None
+        doc = parse_json(read_regular(p, MAX_RESULT_BYTES, "result file"), str(p))
+    except AoeError as exc:
+        raise AoeError(f"not a readable JSON result file: {exc}; give the aoe_result_*.json a job wrote") from None
     if not isinstance(doc, dict) or not doc:
         raise AoeError(f"{p} holds no tuning task: give the aoe_result_*.json file a job wrote")
     keys = [k for k, v in doc.items() if isinstance(v, list)]

@@ -138,7 +138,7 @@ class Explanation:
 
     def save_figure(self, path: str | os.PathLike[str]) -> None:
         """Both timelines as a Gantt chart (.svg or .png, from the suffix)."""
-        from .charts import PIPE_COLOURS, _figure, save
+        from .charts import PIPE_COLOURS, _figure, plain, save
 
         suffix = os.fspath(path).rsplit(".", 1)[-1].lower()
         if suffix not in ("svg", "png"):
@@ -156,10 +156,10 @@ class Explanation:
             ax.invert_yaxis()
             ax.axvline(side.kernel.time_us, color="#000", lw=1, ls="--")
             ax.set_xlim(0, span * 1.02)
-            ax.set_title(f"{name} ({side.source}, {side.kernel.label}): {side.kernel.time_us:.2f} µs, "
-                         f"bound by {side.kernel.bound}", fontsize=9, loc="left")
+            ax.set_title(plain(f"{name} ({side.source}, {side.kernel.label}): {side.kernel.time_us:.2f} µs, "
+                               f"bound by {side.kernel.bound}"), fontsize=9, loc="left")
         axes[-1].set_xlabel("µs (busy time of each pipe spread over the kernel; derived from the overlap model)")
-        fig.suptitle(f"{self.op_type} {self.op_name[-60:]} on {self.soc}", fontsize=10)
+        fig.suptitle(plain(f"{self.op_type} {self.op_name[-60:]} on {self.soc}"), fontsize=10)
         try:
             save(fig, os.fspath(path))
         except OSError as exc:

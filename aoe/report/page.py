@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from ..safetext import is_safe, safe_text
 from ..tuning import gain_pct
 from . import charts
 from .data import ReportData
@@ -26,7 +27,7 @@ h2{font-size:16px;margin:4px 0 8px}.cards{display:flex;flex-wrap:wrap;gap:12px}
 .card{border:1px solid #dde2ea;border-radius:6px;padding:8px 14px;min-width:150px;background:#fafbfc}
 .card b{display:block;font-size:18px}.card span{font-size:12px;color:#5a6474}
 table{border-collapse:collapse;font-size:12.5px;width:100%}th,td{padding:3px 8px;border-bottom:1px solid #eceff3;text-align:left}
-td{white-space:nowrap}td.name{white-space:normal;word-break:break-all;min-width:220px}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}th{background:#f0f3f7;position:sticky;top:0}
+td{white-space:nowrap}td.name{white-space:normal;word-break:break-all;min-width:220px}td.unsafe{background:#fff3cd}td.unsafe::before{content:"⚠ "}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}th{background:#f0f3f7;position:sticky;top:0}
 table.sortable th{cursor:pointer;user-select:none}th.asc::after{content:" \\25B2"}th.desc::after{content:" \\25BC"}
 .kv td:first-child{color:#5a6474;width:220px}.muted{color:#6b7484;font-size:12.5px}
 .bound{display:inline-block;width:9px;height:9px;border-radius:50%;margin-right:4px;vertical-align:baseline}
@@ -81,7 +82,10 @@ JS = r"""
 })();
 """
 
-E = html.escape
+def E(text: str) -> str:
+    """Text for the page: HTML-escaped, and visibly safe (`safe_text`: no bidi override, zero-width or
+    control character from a model file reaches the page raw)."""
+    return html.escape(safe_text(text, keep_newlines=True))
 
 
 def _us(v: float) -> str:
@@ -114,8 +118,9 @@ def _op_table(data: ReportData) -> str:
         sp = gain_pct(r.default_us, r.tuned_us)
         cls = "good" if r.saved_us > 1e-9 else ("bad" if r.saved_us < -1e-9 else "")
         search = f"{r.name} {r.op_type} {r.source} {' '.join(r.kinds)}".lower()
+        mark = '"' if is_safe(r.name) else ' unsafe" title="this name holds invisible or control characters, shown as escapes"'
         out.append(
-            f'<tr data-s="{E(search)}"><td class="n" data-v="{i}">{i + 1}</td><td class="name">{E(r.name)}</td>'
+            f'<tr data-s="{E(search)}"><td class="n" data-v="{i}">{i + 1}</td><td class="name{mark}>{E(r.name)}</td>'
             f"<td>{E(r.op_type)}</td><td class=\"n\" data-v=\"{r.default_us:.6g}\">{_us(r.default_us)}</td>"
             f'<td class="n" data-v="{r.tuned_us:.6g}">{_us(r.tuned_us)}</td>'
             f'<td class="n {cls}" data-v="{r.saved_us:.6g}">{_us(r.saved_us)}</td>'
