@@ -164,8 +164,12 @@ def tune_models(models: Sequence[Any], mode: str | int = "op", soc: str = DEFAUL
             if res.signal is not None:
                 break
     finally:
-        stop.restore()
-        stack.close()
+        # the cluster shuts down while the stop flag still holds the signals: a Ctrl-C landing in
+        # Dask's close (it waits on its event loop) must not become a KeyboardInterrupt traceback
+        try:
+            stack.close()
+        finally:
+            stop.restore()
         if lock_obj is not None:
             lock_obj.release()
         if rf is not None:
