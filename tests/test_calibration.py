@@ -26,16 +26,15 @@ RECORDED = {
     ('cann_ge', 'vector_api'): (0.033, 0.236),
     ('product_docs', '*'): (0.3282, 0.4905),
     ('product_docs', 'cube_kernel'): (0.4093, 0.4905),
-    ('product_docs', 'graph'): (0.4092, 0.4092),
-    ('product_docs', 'vector_kernel'): (0.0867, 0.1594),
-    ('zzc0721_torch_perf_910B2', '*'): (0.1143, 0.3356),
-    ('zzc0721_torch_perf_910B2', 'cube_kernel'): (0.1143, 0.3356),
+    ('product_docs', 'graph'): (0.3801, 0.3801),
+    ('product_docs', 'vector_kernel'): (0.0771, 0.1401),
+    ('zzc0721_torch_perf_910B2', '*'): (0.1114, 0.3356),
+    ('zzc0721_torch_perf_910B2', 'cube_kernel'): (0.1114, 0.3356),
 }
 # pairs aoe orders differently from the source (within 4% of each other in both)
 KNOWN_INVERSIONS = {
     ('zzc0721_torch_perf_910B2', 'zzc_910B2_mm_sizes_bfloat16', 'n4096', 'n8192'),
     ('zzc0721_torch_perf_910B2', 'zzc_910B2_mm_sizes_float16', 'n4096', 'n8192'),
-    ('zzc0721_torch_perf_910B2', 'zzc_910B2_mm_sizes_float32', 'n8192', 'n10240'),
 }
 SLACK = 0.0005  # the table's rounding
 

@@ -98,9 +98,12 @@ def aoe_value(f: Any, cache: dict[Any, Any]) -> tuple[float | None, str]:
             rate = flops / (r.busy_us["Cube"] * 1e-6)   # the Cube pipe's own rate while it is busy
             how = f"Cube FLOP over Cube busy time, {f.attrs.get('strategy', 'default')} strategy"
         else:
+            # one op per element, at the rate of every Vector core: a core's elements over its busy time,
+            # times the SoC's cores (the default may leave cores idle on an HBM-bound op: a peak is the unit's)
             n_el = float(np.prod(op.shape))
-            rate = n_el / (r.busy_us["Vector"] * 1e-6)  # one op per element
-            how = "elements over Vector busy time, default strategy"
+            used = r.strategy["blockDim"]
+            rate = n_el / used * soc.vector_cores / (r.busy_us["Vector"] * 1e-6)
+            how = "a core's elements over its Vector busy time x the SoC's Vector cores, default strategy"
         scale = {"TFLOPS": 1e12, "GFLOPS": 1e9}[f.unit]
         return rate / scale, how
     if f.what in ("kernel_time", "host_wall_with_launch"):
