@@ -86,9 +86,14 @@ def _same_kind(kind: str, path: Path) -> bool:
             "directory": stat.S_ISDIR}[kind](st.st_mode)
 
 
+# the report and explain writers draw with matplotlib (the report extra); bank export needs no extra
+_DRAWN = pytest.mark.extra("report")
+
+
 @pytest.mark.skipif(not ROOT, reason="device nodes need root (the issue's setting)")
 @pytest.mark.parametrize("kind", ["fifo", "symlink", "device"])
-@pytest.mark.parametrize("writer", ["report", "explain", "export", "explain_png"])
+@pytest.mark.parametrize("writer", [pytest.param("report", marks=_DRAWN), pytest.param("explain", marks=_DRAWN),
+                                    "export", pytest.param("explain_png", marks=_DRAWN)])
 def test_1_writers_refuse_devices_fifos_and_symlinks(job: dict, tmp_path: Path, writer: str, kind: str) -> None:
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me\n")
@@ -109,6 +114,7 @@ def test_1_writers_refuse_devices_fifos_and_symlinks(job: dict, tmp_path: Path, 
     assert victim.read_text() == "keep me\n"
 
 
+@pytest.mark.extra("report")
 def test_1_writers_replace_a_regular_file(job: dict, tmp_path: Path) -> None:
     target = tmp_path / "out.html"
     target.write_text("old")
@@ -119,6 +125,7 @@ def test_1_writers_replace_a_regular_file(job: dict, tmp_path: Path) -> None:
 
 # --- 2. mathtext ------------------------------------------------------------------------------------
 
+@pytest.mark.extra("report")
 def test_2_dollar_names_are_plain_text_in_every_chart(job: dict, tmp_path: Path) -> None:
     out = tmp_path / "r.html"
     p = _aoe(["report", str(job["result"]), "--singleop", str(job["ops"]), "-o", str(out)], job["env"], tmp_path)
@@ -197,6 +204,7 @@ def test_4_summary_table_progress_bar_and_errors_print_no_raw_escapes(job: dict,
     assert not any(c in line for c in RAW)
 
 
+@pytest.mark.extra("report")
 def test_4_the_html_report_marks_hostile_names(job: dict, tmp_path: Path) -> None:
     out = tmp_path / "r.html"
     p = _aoe(["report", str(job["result"]), "--singleop", str(job["ops"]), "-o", str(out)], job["env"], tmp_path)
