@@ -89,16 +89,27 @@ def _valid(soc: Soc, op: SimOp, rows: list[list[int]]) -> np.ndarray:
     return reasons
 
 
-def _fastest(soc: Soc, op: SimOp, fields: list[str], tilings: list[dict[str, int] | None]) -> dict[str, int]:
-    """The fastest of the rules' tilings for each core budget (rules M4, C5, V4); the first (the full
-    budget's) among equals. A tiling prices the same on any SoC with at least its cores, so a SoC with
-    more cores, which considers every budget a smaller one does, is never slower."""
-    found = [t for t in tilings if t is not None]
-    if len(found) == 1:
-        return found[0]
-    rows = np.asarray([[t[f] for f in fields] for t in found], dtype=np.int64)
-    times, _ = _sim.simulate_times(soc.native, op.kind, op.params(), rows, 1)
-    return found[int(np.argmin(times))]
+def _fastest_budget(soc: Soc, op: SimOp, budgets: list[list[list[int]]]) -> tuple[int, int]:
+    """(budget, candidate) of the default over core budgets (rules M4, C5, V4): each budget's candidates
+    are its rules' tilings, best first, and its first valid one is its tiling; every candidate of every
+    budget is priced in one native call, and the fastest budget's tiling wins (the earlier, fuller budget
+    among equals). A tiling prices the same on any SoC with at least its cores, so a SoC with more
+    cores, which considers every budget a smaller one does, is never slower."""
+    rows = [c for cands in budgets for c in cands]
+    if not budgets or not budgets[0]:
+        raise AssertionError(f"no default tiling for {op} with all the cores")
+    times, reasons = _sim.simulate_times(soc.native, op.kind, op.params(), np.asarray(rows, dtype=np.int64), 1)
+    best: tuple[int, int, int] | None = None
+    at = 0
+    for b, cands in enumerate(budgets):
+        i = next((i for i in range(len(cands)) if reasons[at + i] == 0), None)
+        if i is None and b == 0:
+            raise AssertionError(f"no valid default tiling for {op} with all the cores")
+        if i is not None and (best is None or times[at + i] < times[best[2]]):
+            best = (b, i, at + i)
+        at += len(cands)
+    assert best is not None
+    return best[0], best[1]
 
 
 def _core_split(cores: int, batch: int, m_blk: int, n_blk: int, bm: int = 1, bn: int = 1) -> tuple[int, int, int]:
@@ -119,14 +130,20 @@ def _core_split(cores: int, batch: int, m_blk: int, n_blk: int, bm: int = 1, bn:
 
 def default_matmul(soc: Soc, op: MatMul) -> dict[str, int]:
     """CANN-like matmul tiling for `op` on `soc`: the fastest of rules M1-M3 over core budgets (M4)."""
-    tilings = [_matmul_tiling(soc, op, k) for k in range(soc.cube_cores, 0, -1)]
-    if tilings[0] is None:
-        raise AssertionError(f"default matmul tiling invalid for {op}")
-    return _fastest(soc, op, MM_FIELDS, tilings)
+    seen: set[tuple[tuple[int, ...], ...]] = set()
+    budgets: list[list[dict[str, int]]] = []
+    for k in range(soc.cube_cores, 0, -1):
+        tries = _matmul_tries(soc, op, k)
+        key = tuple(tuple(t[f] for f in MM_FIELDS) for t in tries)
+        if key not in seen:  # many budgets give the same tiling: price it once
+            seen.add(key)
+            budgets.append(tries)
+    b, i = _fastest_budget(soc, op, [[[t[f] for f in MM_FIELDS] for t in tries] for tries in budgets])
+    return budgets[b][i]
 
 
-def _matmul_tiling(soc: Soc, op: MatMul, cores: int) -> dict[str, int] | None:
-    """Rules M1-M3 with `cores` Cube cores (None when no candidate is valid)."""
+def _matmul_tries(soc: Soc, op: MatMul, cores: int) -> list[dict[str, int]]:
+    """Rules M1-M3 with `cores` Cube cores: the tiling, then its fall-backs (the first valid one wins)."""
     ea = DTYPE_BYTES[op.dtype]
     k0 = 32 // ea
     kscale = 2 / ea  # baseK 64 for fp16 = 128 B per row of a fractal group; keep the bytes
@@ -199,9 +216,7 @@ def _matmul_tiling(soc: Soc, op: MatMul, cores: int) -> dict[str, int] | None:
     single = dict(tiling, depthA1=step_k, depthB1=step_k)
     tries.append(single)
     tries.append(dict(single, stepKa=1, stepKb=1, depthA1=1, depthB1=1))
-    rows = [[t[f] for f in MM_FIELDS] for t in tries]
-    reasons = _valid(soc, op, rows)
-    return next((t for t, r in zip(tries, reasons) if r == 0), None)
+    return tries
 
 
 def _even(tile: int, length: int, align: int) -> int:
@@ -223,19 +238,8 @@ def default_vector(soc: Soc, op: VectorOp, allowed_impls: set[int] | None = None
         if (impl, block) not in done:  # the tiles depend on the core budget only through these
             done.add((impl, block))
             budgets.append(_vector_cands(soc, op, shape, impl, block, allowed_impls))
-    # one native call prices every budget's candidates: each budget's first valid one is its tiling
-    rows = [c for cands in budgets for c in cands]
-    times, reasons = _sim.simulate_times(soc.native, op.kind, op.params(), np.asarray(rows, dtype=np.int64), 1)
-    firsts, at = [], 0
-    for cands in budgets:
-        ok = [at + i for i in range(len(cands)) if reasons[at + i] == 0]
-        at += len(cands)
-        if ok:
-            firsts.append(ok[0])
-        elif not firsts:
-            raise AssertionError(f"no valid default vector tiling for {op}")
-    best = min(firsts, key=lambda i: times[i])  # the fastest budget, the full one among equals (V4)
-    return dict(zip(VEC_FIELDS, (int(v) for v in rows[best])))
+    b, i = _fastest_budget(soc, op, budgets)
+    return dict(zip(VEC_FIELDS, (int(v) for v in budgets[b][i])))
 
 
 def _vector_rows(op: VectorOp) -> tuple[int, int, int]:
@@ -404,9 +408,8 @@ def default_conv(soc: Soc, op: Conv2D) -> dict[str, int]:
     out_h, out_w, _, k_al, n_units = _conv_dims(op)
     splits = _conv_split(soc, op, out_h, out_w, n_units, k_al)
     tilings = [_conv_tiling(soc, op, split) for split in splits]
-    if tilings[0] is None:
-        raise AssertionError(f"no valid default conv tiling for {op}")
-    return _fastest(soc, op, CONV_FIELDS, tilings)
+    b, _ = _fastest_budget(soc, op, [[[t[f] for f in CONV_FIELDS]] if t is not None else [] for t in tilings])
+    return tilings[b]  # type: ignore[return-value]  # _fastest_budget picks a budget with a tiling
 
 
 def _conv_dims(op: Conv2D) -> tuple[int, int, int, int, int]:
