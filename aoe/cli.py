@@ -121,6 +121,23 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
     _default(message, category, filename, lineno, file, line)
 
 
+def stdout_closed() -> bool:
+    """Whether the reader of this process's stdout is gone (`aoe ... | head` after head exited).
+
+    A pipe or socket whose reading end is closed polls as POLLERR (Linux, macOS); a terminal or file
+    never does. Only then is a BrokenPipeError a quiet exit: any other broken pipe is an error.
+    """
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poller.poll(0))
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
 def _resolve(argv: Sequence[str]) -> tuple[Callable[[list[str]], int] | None, list[str]]:
     if argv and argv[0] == "simulate" and "--calibration" in argv[1:]:
         # the simulator's error table sits above the tuners (it prices tuned figures), not in aoe.sim
@@ -165,7 +182,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("aoe: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # output piped into `head` and the like: not an error of ours
+    except BrokenPipeError:
+        if not stdout_closed():  # another pipe (a worker's, a subprocess's): an error like any other
+            raise
+        # output piped into `head` and the like: not an error of ours
         try:
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
         except OSError:

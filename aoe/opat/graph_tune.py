@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from concurrent.futures.process import BrokenProcessPool
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -30,7 +31,7 @@ from .apply import fused_names, op_type_label, price
 from .report import OpatReport, OpRecord
 from .search import Budget, Measure, as_measure, simulator_measure
 from .tune import KINDS, KindGain, TuneResult, chain_steps, tune_case
-from .workers import worker_pool
+from .workers import WorkersFailed, worker_pool
 
 
 @dataclass(frozen=True)
@@ -220,7 +221,8 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
                 for _, case, _, _, _ in pending_tune]
         with farm if farm is not None else worker_pool(cfg.workers) as pool:
             # results come back in submission order, so the run is identical to a serial one
-            for (cid, case, entry, in_use, default_t), result in zip(pending_tune, pool.map(tune_job, jobs)):
+            results = _worker_results(pool, jobs, report)
+            for (cid, case, entry, in_use, default_t), result in zip(pending_tune, results):
                 finish(cid, case, entry, in_use, default_t, result)
                 if events.should_stop():
                     stopped = True
@@ -235,6 +237,20 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
         report.status = SUCCESS
     report.seconds = time.perf_counter() - t0
     return report
+
+
+def _worker_results(pool: Any, jobs: list[tuple[Any, ...]], report: OpatReport) -> Any:
+    """`pool.map(tune_job, jobs)`, where a worker that could not start or died raises WorkersFailed."""
+    try:
+        yield from pool.map(tune_job, jobs)
+    except (BrokenProcessPool, OSError) as exc:
+        # the fork server, a fork or a pipe failed, or a worker was killed (out of memory): the job stops
+        # with an error, never a quiet "incomplete" (a BrokenPipeError here is not a closed stdout)
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise WorkersFailed(
+            f"the worker processes of this job could not start or died ({type(exc).__name__}: {exc}); "
+            f"{len(report.records)} operator(s) were done and are kept (run again with --reload to continue); "
+            f"with TUNING_PARALLEL_NUM=1 (TuneOptions(workers=1)) the cases are tuned in this process") from exc
 
 
 def kinds_against(result: TuneResult, in_use: float | None) -> dict[str, KindGain]:

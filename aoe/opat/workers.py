@@ -13,41 +13,137 @@ forkserver's own exit can be relied on. The watchdog counts a job that has exite
 waits for the job (`subprocess.communicate`) would otherwise wait for workers that wait for the job.
 So a killed job leaves no process behind and its device lock is free at once.
 
-As for any `spawn`/`forkserver` program, a script that starts workers (TUNING_PARALLEL_NUM > 1) is
-imported once by the forkserver: keep its top-level work under `if __name__ == "__main__":`.
+No main guard is needed in the caller's script. multiprocessing's `spawn`/`forkserver` children import
+the parent's main module again (by `__main__.__file__` or `__spec__`) before they run anything: a script
+without `if __name__ == "__main__":` would run its tuning again in every worker (which then finds the
+device locked), and `python - <<EOF` (main `<stdin>`) could not start a worker at all. A worker needs
+nothing from the caller's main (it runs `tune_job`, imported by name), so aoe's worker processes are
+launched with the standard launcher minus those two entries of its preparation data (`_launcher`); where
+that launcher cannot be adapted (another Python's multiprocessing), the cases are tuned in this process
+with one `WorkerWarning`. A pool whose workers fail to start or die raises `WorkersFailed`.
 """
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import importlib
 import multiprocessing
 import os
 import signal
 import sys
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
+import types
+import warnings
+from concurrent.futures import Executor, ProcessPoolExecutor
+from multiprocessing import context as mp_context
+from multiprocessing import spawn as mp_spawn
+from typing import Any, Callable, Iterable, Iterator
+
+from ..errors import AoeError
 
 _PR_SET_PDEATHSIG = 1
 _CTX_LOCK = threading.Lock()
 _CTX: multiprocessing.context.BaseContext | None = None
+_NO_CTX = False            # the launcher could not be adapted: tune in this process
+_MAIN_KEYS = ("init_main_from_name", "init_main_from_path")
 
 
-def _context() -> multiprocessing.context.BaseContext:
-    """The forkserver context (spawn where there is none), its preload set once."""
-    global _CTX
+class WorkerWarning(RuntimeWarning):
+    """Worker processes are not used (the cases are tuned in this process)."""
+
+
+class WorkersFailed(AoeError):
+    """Worker processes could not start, or died: the job stops (its result file says incomplete)."""
+
+
+def _preparation_data(name: str) -> dict[str, Any]:
+    """multiprocessing's preparation data for a new child, without the caller's main module."""
+    data = mp_spawn.get_preparation_data(name)
+    for key in _MAIN_KEYS:
+        data.pop(key, None)
+    return data
+
+
+class _SpawnWithoutMain:
+    """`multiprocessing.spawn` as a worker launcher sees it: the same, minus the main module."""
+
+    get_preparation_data = staticmethod(_preparation_data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(mp_spawn, name)
+
+
+def _launcher(popen_cls: type) -> type:
+    """A subclass of the standard `Popen` of a start method whose launch leaves out the main module.
+
+    Its `_launch` is the standard one's own code run with `spawn` bound to `_SpawnWithoutMain` (no copy
+    of it, and no change to multiprocessing for anyone else: other processes of the caller still get
+    their main module). Raises TypeError where that launch does not get its data from `spawn`.
+    """
+    launch = popen_cls._launch
+    if "spawn" not in launch.__code__.co_names or "get_preparation_data" not in launch.__code__.co_names:
+        raise TypeError(f"{popen_cls.__module__}.Popen._launch does not take its data from spawn")
+    glob = dict(launch.__globals__, spawn=_SpawnWithoutMain())
+    new = types.FunctionType(launch.__code__, glob, launch.__name__, launch.__defaults__, launch.__closure__)
+    return type("AoeWorkerPopen", (popen_cls,), {"_launch": new, "__module__": __name__})
+
+
+def _adapted(module: str) -> type | None:
+    """The adapted `Popen` of `multiprocessing.<module>`, None where it cannot be adapted."""
+    try:
+        return _launcher(importlib.import_module(f"multiprocessing.{module}").Popen)
+    except (TypeError, AttributeError, ImportError):
+        return None
+
+
+# module-level classes: a process object is pickled for its child, which finds its class by name
+_POPEN = {"forkserver": _adapted("popen_forkserver"), "spawn": _adapted("popen_spawn_posix")}
+
+
+class ForkServerWorker(mp_context.ForkServerProcess):
+    """A forkserver process that does not import the caller's main module."""
+
+    @staticmethod
+    def _Popen(process_obj: Any) -> Any:
+        return _POPEN["forkserver"](process_obj)  # type: ignore[misc]
+
+
+class SpawnWorker(mp_context.SpawnProcess):
+    """A spawned process that does not import the caller's main module."""
+
+    @staticmethod
+    def _Popen(process_obj: Any) -> Any:
+        return _POPEN["spawn"](process_obj)  # type: ignore[misc]
+
+
+class _ForkServerContext(mp_context.ForkServerContext):
+    Process = ForkServerWorker
+
+
+class _SpawnContext(mp_context.SpawnContext):
+    Process = SpawnWorker
+
+
+def _context() -> multiprocessing.context.BaseContext | None:
+    """The forkserver context (spawn where there is none) without the main module, its preload set
+    once; None where the launcher cannot be adapted (then the cases are tuned in this process)."""
+    global _CTX, _NO_CTX
     with _CTX_LOCK:
-        if _CTX is None:
-            if "forkserver" in multiprocessing.get_all_start_methods():
-                ctx = multiprocessing.get_context("forkserver")
+        if _CTX is None and not _NO_CTX:
+            method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+            if _POPEN[method] is None:
+                _NO_CTX = True
+                return None
+            ctx: multiprocessing.context.BaseContext = (_ForkServerContext() if method == "forkserver"
+                                                        else _SpawnContext())
+            if method == "forkserver":
                 # The fork server imports numpy once (most of a worker's start-up); each worker is a
                 # fork of it and imports aoe itself. Not aoe in the fork server: Python 3.11's fork
                 # server puts its working directory (the job's, when it starts) first on its import
                 # path and ignores the job's, so from a source checkout it would import the unbuilt
                 # `aoe/` there and every worker would inherit that. A worker gets the job's path.
                 ctx.set_forkserver_preload(["numpy"])
-            else:
-                ctx = multiprocessing.get_context("spawn")
             _CTX = ctx
         return _CTX
 
@@ -106,7 +202,24 @@ def _die_with(parent_pid: int, parent_start: str | None = None) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
-def worker_pool(workers: int) -> ProcessPoolExecutor:
-    """A process pool of `workers` that is thread-safe to create and never outlives this process."""
-    return ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=_die_with,
+class InProcess(Executor):
+    """The executor where there are no worker processes: `map` runs each call in this thread, lazily (so
+    a job can still stop between cases)."""
+
+    def map(self, fn: Callable[..., Any], *iterables: Iterable[Any], timeout: float | None = None,
+            chunksize: int = 1) -> Iterator[Any]:
+        return map(fn, *iterables)
+
+
+def worker_pool(workers: int) -> Executor:
+    """A process pool of `workers` that is thread-safe to create and never outlives this process, whose
+    workers never import the caller's main module; `InProcess` (with one WorkerWarning) where there
+    can be none."""
+    ctx = _context()
+    if ctx is None:
+        warnings.warn(f"worker processes are not available in this Python ({sys.version.split()[0]}); "
+                      f"the {workers} worker(s) asked for are not used and the cases are tuned in this process",
+                      WorkerWarning, stacklevel=2)
+        return InProcess()
+    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_die_with,
                                initargs=(os.getpid(), _start_time(os.getpid())))

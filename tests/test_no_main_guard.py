@@ -1,0 +1,84 @@
+"""No main guard: the Python API from a guard-less script, `python -c` and stdin; a failed worker start."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aoe.job import config as cfg
+from aoe.job.lock import DeviceLock
+
+two_cpus = pytest.mark.skipif(cfg.cpu_count() < 2, reason="needs two CPUs for two worker processes")
+
+# ResNet-50 training with the built-in bank set aside (isolated_environ: AOE_BUILTIN_BANK=off) and a small
+# budget; aoe.ini's inline_cpu_s = 0 sends every case to the two workers. Each import of the script adds
+# a line to imports.txt: a worker that imported the user's main module would add one (and tune again).
+SCRIPT = """\
+import os, aoe
+with open("imports.txt", "a") as f:
+    f.write(f"{os.getpid()}\\n")
+opts = aoe.TuneOptions(builtin=False, budget=40, workers=2)
+rs = aoe.{call}
+print("STATUS", rs[0].status if isinstance(rs, list) else rs.status)
+"""
+CALLS = {"script": 'tune("zoo:resnet50", bank="bank", work_path="work", training=True, options=opts)',
+         "-c": 'tune("zoo:resnet50", bank="bank", work_path="work", training=True, options=opts)',
+         "stdin": 'tune_models(["zoo:resnet50"], bank="bank", work_path="work", training=True, options=opts)'}
+
+
+@two_cpus
+@pytest.mark.parametrize("how", sorted(CALLS))
+def test_guardless_main_tunes_resnet50_training_with_workers(how: str, tmp_path: Path, job_env: dict[str, str]) -> None:
+    (tmp_path / "aoe.ini").write_text("inline_cpu_s = 0\n")
+    (tmp_path / "work").mkdir()
+    code = SCRIPT.replace("{call}", CALLS[how])
+    if how == "script":
+        (tmp_path / "train.py").write_text(code)
+        argv, stdin = [sys.executable, "train.py"], None
+    elif how == "-c":
+        argv, stdin = [sys.executable, "-c", code], None
+    else:
+        argv, stdin = [sys.executable, "-"], code
+    p = subprocess.run(argv, input=stdin, cwd=tmp_path, env=job_env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "STATUS tuning successful" in p.stdout, p.stdout + p.stderr[-2000:]
+    assert len((tmp_path / "imports.txt").read_text().split()) == 1  # no worker ran the script again
+    (result,) = (tmp_path / "work").glob("aoe_result_opat_*.json")
+    parts = next(iter(json.loads(result.read_text()).values()))      # [{"basic": ...}, {"OPAT": ...}]
+    summary = next(p["OPAT"] for p in parts if "OPAT" in p)["repo_summary"]
+    assert summary["repo_hit_num"] == 0 and summary["repo_add_num"] > 0   # tuned afresh, nothing built in
+    assert any(f.stat().st_size for f in (tmp_path / "bank").rglob("*.json*"))
+    assert "WorkerWarning" not in p.stderr and "worker processes are not" not in p.stderr
+
+
+# The CLI job with its worker start made to fail: the fork server's connection breaks (BrokenPipeError,
+# which `aoe` once took for "stdout closed by | head" and exited 0), or every worker dies as it starts.
+FAILING = {
+    "broken pipe": "import multiprocessing.forkserver as fs\n"
+                   "def boom(fds):\n    raise BrokenPipeError(32, 'Broken pipe')\n"
+                   "fs.connect_to_new_process = boom\n",
+    "worker dies": "import os, concurrent.futures, aoe.opat.graph_tune as gt\n"
+                   "gt.worker_pool = lambda n: concurrent.futures.ProcessPoolExecutor(n, initializer=os._exit, "
+                   "initargs=(3,))\n",
+}
+
+
+@pytest.mark.parametrize("how", sorted(FAILING))
+def test_failed_worker_start_exits_nonzero_and_frees_the_device(how: str, tmp_path: Path,
+                                                                job_env: dict[str, str]) -> None:
+    (tmp_path / "aoe.ini").write_text("inline_cpu_s = 0\ntuning_parallel_num = 2\n")
+    code = FAILING[how] + ("import sys, aoe.cli\n"
+                           "sys.exit(aoe.cli.main(['-m', 'zoo:resnet50', '-j', '2', '--training', "
+                           "'--work_path', 'work']))\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=job_env, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode != 0, p.stdout + p.stderr
+    assert p.returncode == 2 and "aoe: error: the worker processes of this job could not start" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
+    (result,) = (tmp_path / "work").glob("aoe_result_opat_*.json")
+    assert "tuning incomplete" in result.read_text()
+    with DeviceLock(0, tmp_path / "locks"):   # free at once: nothing of the job holds it
+        pass
