@@ -12,6 +12,7 @@ from .safetext import safe_text
 
 # sub-command -> module with `main(argv: list[str]) -> int`
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("aoe.launch.cli", "run a training script unchanged, tuned on its first step: `AOE_MODE=2 aoe run -- python train.py`"),
     "simulate": ("aoe.sim.cli", "price one operator strategy on the simulated AI Core"),
     "graph": ("aoe.ops.coverage:graph_main", "import a model and print its operator summary"),
     "bank": ("aoe.bank.cli", "inspect, export, import and verify knowledge banks"),

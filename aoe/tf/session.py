@@ -17,7 +17,6 @@ locks ...) is read by the job exactly as for the `aoe` command.
 from __future__ import annotations
 
 import os
-import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -82,13 +81,40 @@ def job_settings(s: Settings, warn: bool = True) -> Any:
     return settings_from_env(s.env, soc=s.soc, mode=s.mode, work_path=s.work_path, bank=s.bank, **kw)
 
 
-def _script_main() -> str | None:
-    """The file of ``__main__`` when it runs as a script (``python train.py``), else None."""
-    main = sys.modules.get("__main__")
-    if main is None or getattr(main, "__spec__", None) is not None:
-        return None
-    path = getattr(main, "__file__", None)
-    return os.path.basename(path) if isinstance(path, str) and path else None
+NPU_OPTIMIZER = "NpuOptimizer"
+
+
+def session_config_options(config: Any) -> dict[str, str]:
+    """The tuning keys of a session config's ``NpuOptimizer`` entry (``graph_options.rewrite_options.
+    custom_optimizers``, the product's way): ``aoe_mode``, ``work_path``, ``aoe_config_file`` from its
+    ``parameter_map`` (strings or integers); its other keys are NPU settings aoe does not use."""
+    out: dict[str, str] = {}
+    try:
+        entries = list(config.graph_options.rewrite_options.custom_optimizers)
+    except AttributeError:
+        return out
+    for entry in entries:
+        if getattr(entry, "name", "") != NPU_OPTIMIZER:
+            continue
+        for key in ("aoe_mode", "work_path", "aoe_config_file"):
+            if key not in entry.parameter_map:
+                continue
+            value = entry.parameter_map[key]
+            kind = value.WhichOneof("value")
+            if kind == "s":
+                out[key] = value.s.decode("utf-8", "surrogateescape")
+            elif kind == "i":
+                out[key] = str(value.i)
+            else:
+                raise AoeError(f"the session config's {NPU_OPTIMIZER} parameter_map[{key!r}] must be a string "
+                               f"(parameter_map[{key!r}].s = tf.compat.as_bytes(...)), not {kind}")
+    return out
+
+
+def from_session_config(config: Any, env: Mapping[str, str] | None = None) -> Settings | None:
+    """The settings of a ``tf.compat.v1.Session(config=...)``: its NpuOptimizer keys over the environment;
+    None when tuning is off in both."""
+    return resolve(session_config_options(config) if config is not None else None, env)
 
 
 def tune_graph(graph: Any, s: Settings, name: str | None = None, out: Any = None) -> Any:
@@ -100,12 +126,8 @@ def tune_graph(graph: Any, s: Settings, name: str | None = None, out: Any = None
         def out(line: str) -> None:
             print(line, flush=True)
     with _LOCK:
+        # worker processes never import the script again (aoe.opat.workers): no main guard is needed
         js = job_settings(s)
-        if js.workers > 1 and _script_main():
-            # worker processes come from a forkserver, which imports the main script once: a training
-            # script without an `if __name__ == "__main__":` guard would start training again there
-            js.workers = 1
-            out(f"  tuning in this process: TUNING_PARALLEL_NUM workers would re-import {_script_main()}")
         path = s.tune_ops_file or js.tune_ops_file
         tune_ops = jcfg.load_tune_ops(path) if path else None
         spec = JobSpec(mode=s.mode, graph=graph, soc=s.soc, tune_ops=tune_ops, name=name or graph.name)
