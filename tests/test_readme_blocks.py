@@ -11,7 +11,8 @@ Each block runs in its own temporary directory with the job variables removed an
 locks, HOME and TMPDIR inside it (search budget 2000 and the built-in bank on, as a user has it, so
 tuning a zoo model takes seconds). The
 placeholders of the docs are made real there: `/data/bank` and `/path/to/X` become directories or
-files in the temporary directory, and `model.onnx` is a small ONNX model written beside the block.
+files in the temporary directory, `model.onnx` is a small ONNX model written beside the block, and
+`train.py` (of `aoe run ... -- python train.py`) a small PyTorch training loop.
 A block that needs an optional extra (TensorFlow, PyTorch, the report's matplotlib, Dask, the bench
 samplers) is marked with it and skipped, naming the extra, when it is not installed: the README's test
 command installs only `.[test]`. After each block the test checks that nothing appeared outside the
@@ -98,7 +99,8 @@ _EXTRA_USES = {
     "tensorflow": re.compile(r"\b(import|from)\s+tensorflow\b|\baoe\.(graph\.)?tf\b|--framework[ =](3|tensorflow)\b"
                              r"|\s-f\s+3\b|framework\s*=\s*(3|\"tensorflow\"|'tensorflow')"),
     "torch": re.compile(r"\b(import|from)\s+torch\b|\baoe\.(graph\.)?(torch|fx)\b|--framework[ =](torch|pytorch)\b"
-                        r"|framework\s*=\s*(\"torch\"|'torch'|\"pytorch\"|'pytorch')"),
+                        r"|framework\s*=\s*(\"torch\"|'torch'|\"pytorch\"|'pytorch')"
+                        rf"|{_CMD}run\b[^\n]*\btrain\.py\b", re.M),   # the docs' train.py is a PyTorch loop
     "torch-test": re.compile(r"\b(import|from)\s+transformers\b"),
     # the charts: `aoe report`, `aoe explain -o`, a job asked for its HTML report
     "report": re.compile(rf"{_CMD}report\b|{_CMD}explain\b[^\n]*\s-o\s|\bwrite_report\b|report_html\s*=\s*True"
@@ -136,6 +138,21 @@ def tiny_model(path: Path) -> None:
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
 
 
+# `train.py` of the docs (`aoe run ... -- python train.py`): a training loop with no line of aoe in it
+TRAIN_PY = """\
+import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(16 * 30 * 30, 10))
+opt = torch.optim.Adam(model.parameters())
+loss_fn = torch.nn.CrossEntropyLoss()
+for step in range(3):
+    x, y = torch.randn(8, 3, 32, 32), torch.randint(0, 10, (8,))
+    loss = loss_fn(model(x), y)
+    opt.zero_grad(); loss.backward(); opt.step()
+    print(f"step {step}: loss {loss.item():.4f}")
+"""
+
+
 def sandbox(tmp: Path) -> dict[str, str]:
     """The block's environment: no job variables; bank, work path, locks, HOME and TMPDIR under `tmp`."""
     env = isolated_environ(tmp)                 # bank (created), locks, HOME, AOE_SEARCH_BUDGET=2000
@@ -148,6 +165,7 @@ def sandbox(tmp: Path) -> dict[str, str]:
     # the `aoe` command of the interpreter running the tests, also when its environment is not activated
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     tiny_model(tmp / "model.onnx")
+    (tmp / "train.py").write_text(TRAIN_PY)
     return env
 
 
@@ -340,6 +358,7 @@ def test_blocks_needing_an_extra_are_marked_with_it() -> None:
     assert block_extras("aoe bench search --suite zoo --strategies aoe,tpe --no-plots\n") == ["bench"]
     assert block_extras("import torch\nfrom transformers import BertModel\n") == ["torch", "torch-test"]
     assert block_extras("import aoe.tf\n") == ["tensorflow"]
+    assert block_extras("AOE_MODE=2 aoe run --work_path results -- python train.py\n") == ["torch"]
     assert block_extras('aoe -m zoo:resnet50 -j 2 --training\naoe.tune("zoo:gpt2", mode="op")\n') == []
 
 
