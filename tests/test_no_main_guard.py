@@ -82,3 +82,51 @@ def test_failed_worker_start_exits_nonzero_and_frees_the_device(how: str, tmp_pa
     assert "tuning incomplete" in result.read_text()
     with DeviceLock(0, tmp_path / "locks"):   # free at once: nothing of the job holds it
         pass
+
+
+FRONTENDS = {
+    "torch": """\
+import os, torch, aoe.torch
+with open("imports.txt", "a") as f:
+    f.write(f"{os.getpid()}\\n")
+model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(16 * 14 * 14, 10))
+r = aoe.torch.tune(model, (torch.randn(8, 3, 16, 16),), loss_fn=torch.nn.functional.cross_entropy,
+                   targets=(torch.randint(0, 10, (8,)),), mode="op", bank="bank", work_path="work", budget=40, verbose=True)
+print("STATUS", r.status)
+""",
+    "tensorflow": """\
+import os, keras, tensorflow as tf, aoe.tf
+with open("imports.txt", "a") as f:
+    f.write(f"{os.getpid()}\\n")
+model = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Conv2D(16, 3, activation="relu"),
+                          keras.layers.Flatten(), keras.layers.Dense(10)])
+opt = keras.optimizers.Adam()
+lossf = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+@tf.function
+def train_step(x, y):
+    with tf.GradientTape() as tape:
+        loss = lossf(y, model(x, training=True))
+    opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+    return loss
+
+step = aoe.tf.tune_step(train_step, {"aoe_mode": "2", "work_path": "work", "tune_bank_path": "bank"})
+step(tf.random.uniform((8, 16, 16, 3)), tf.zeros((8,), tf.int32))
+print("STATUS", step.result.status)
+""",
+}
+
+
+@two_cpus
+@pytest.mark.parametrize("frontend", [pytest.param("torch", marks=pytest.mark.extra("torch")),
+                                      pytest.param("tensorflow", marks=pytest.mark.extra("tensorflow"))])
+def test_guardless_frontend_script_tunes_with_workers(frontend: str, tmp_path: Path, job_env: dict[str, str]) -> None:
+    (tmp_path / "aoe.ini").write_text("inline_cpu_s = 0\ntuning_parallel_num = 2\n")
+    (tmp_path / "work").mkdir()
+    (tmp_path / "train.py").write_text(FRONTENDS[frontend])
+    p = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=dict(job_env, TF_CPP_MIN_LOG_LEVEL="3"),
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    assert "STATUS tuning successful" in p.stdout, p.stdout[-2000:]
+    assert "2 worker process(es)" in p.stdout          # the workers were used, not a one-process fallback
+    assert len((tmp_path / "imports.txt").read_text().split()) == 1
