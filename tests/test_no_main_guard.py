@@ -130,3 +130,20 @@ def test_guardless_frontend_script_tunes_with_workers(frontend: str, tmp_path: P
     assert "STATUS tuning successful" in p.stdout, p.stdout[-2000:]
     assert "2 worker process(es)" in p.stdout          # the workers were used, not a one-process fallback
     assert len((tmp_path / "imports.txt").read_text().split()) == 1
+
+
+def test_closed_stdout_is_the_only_quiet_broken_pipe(tmp_path: Path, job_env: dict[str, str]) -> None:
+    """`aoe ... | head` after head exited: exit 0 and nothing on stderr (the other pipes: see above)."""
+    import os
+
+    r, w = os.pipe()
+    os.close(r)                      # the reader is gone before aoe writes its first line
+    try:
+        p = subprocess.run([sys.executable, "-m", "aoe.cli", "graph", "zoo:resnet50"], cwd=tmp_path, env=job_env,
+                           stdout=w, stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(w)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    from aoe.cli import stdout_closed
+
+    assert not stdout_closed()       # pytest's own stdout (a file or a terminal) is not a closed pipe
