@@ -10,12 +10,14 @@ for it (the model's forward, backward and optimizer operators are the same; the 
 """
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any
 
 from . import hooks
 
 _KEEP = 4   # outer module calls remembered (the model's and a loss module's are the last two)
+_MISSES = 3  # optimizer steps without a model call of theirs before the hooks give up
 
 
 class _Watch:
@@ -26,6 +28,7 @@ class _Watch:
         self.depth = threading.local()
         self.calls: list[tuple[Any, tuple, Any]] = []   # (module, args, output) of outer calls
         self.handles: list[Any] = []
+        self.misses = 0
 
     def install(self) -> None:
         from torch.nn.modules import module as nn_module
@@ -53,19 +56,25 @@ class _Watch:
             self.calls[-1] = (module, args, output)
 
     def step(self, optimizer: Any, args: tuple, kwargs: dict) -> None:
-        if hooks._busy() or hooks.claimed():
+        if hooks._busy():
+            return
+        if hooks.claimed():          # another framework's step was tuned: nothing left to watch
+            self.remove()
             return
         found = self._model_call(optimizer)
         if found is None:
+            self.misses += 1
+            if self.misses >= _MISSES:   # no module call trains these parameters: stop watching
+                self.remove()
+                print(f"aoe run: warning: the training step is not tuned: {_MISSES} optimizer steps ran without a "
+                      f"module call of their parameters before them", file=sys.stderr, flush=True)
             return
+        self.remove()
         if not hooks.claim():
             return
-        calls = list(self.calls)
-        self.remove()
-        model, inputs, loss_fn, targets = found[0], found[1], found[2], found[3]
+        model, inputs, loss_fn, targets = found
         hooks._guarded(f"the training step of {type(model).__name__}",
                        lambda: self._tune(model, inputs, loss_fn, targets, optimizer))
-        del calls
 
     def _model_call(self, optimizer: Any) -> tuple[Any, tuple, Any, tuple] | None:
         """The last outer call of a module the optimizer trains, and the loss module called on its output."""
