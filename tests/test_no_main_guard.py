@@ -147,3 +147,21 @@ def test_closed_stdout_is_the_only_quiet_broken_pipe(tmp_path: Path, job_env: di
     from aoe.cli import stdout_closed
 
     assert not stdout_closed()       # pytest's own stdout (a file or a terminal) is not a closed pipe
+
+
+def test_without_an_adaptable_launcher_the_cases_are_tuned_in_process_with_one_warning(
+        env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import aoe
+    from aoe.opat import workers
+    from conftest import mm_op, single_ops_graph, vec_op
+
+    assert workers._POPEN["forkserver"] is not None      # this Python's launcher is adapted (the normal case)
+    monkeypatch.setattr(workers, "_POPEN", {"forkserver": None, "spawn": None})
+    monkeypatch.setattr(workers, "_CTX", None)
+    monkeypatch.setattr(workers, "_NO_CTX", False)
+    (env / "aoe.ini").write_text("inline_cpu_s = 0\n")
+    g = single_ops_graph([mm_op(128, 256, 128, "mm"), vec_op("Relu", (32, 1024), "relu")], name="g")
+    with pytest.warns(workers.WorkerWarning, match="tuned in this process") as caught:
+        r = aoe.tune(g, bank=env / "bank", work_path=env, options=aoe.TuneOptions(workers=2, budget=100))
+    assert len(caught) == 1 and r.status == "tuning successful"
+    assert r.section["repo_summary"]["total_num"] == 2
