@@ -140,7 +140,8 @@ def install(env: dict[str, str] | None = None) -> None:
     env = dict(os.environ if env is None else env)
     hooks: dict[str, Callable[[Any], None]] = {"tensorflow": _patch_tensorflow}
     if env.get("AOE_MODE", "").strip():
-        _env_settings()   # a bad AOE_MODE or setting stops the script before it starts training
+        # nothing of the job is imported here: every Python process the script starts (data loader
+        # workers, aoe's own worker processes) runs this bootstrap too; `aoe run` checked AOE_MODE
         hooks.update(keras=_patch_keras, torch=_patch_torch)
     for name in list(hooks):
         if name in sys.modules:
