@@ -21,7 +21,11 @@ def backend(**options: Any) -> Any:
     from .dynamo import Backend, make_options
 
     import_torch()
-    return Backend(make_options(options))
+    opts = make_options(options)
+    from .recurrent import watch_dynamo
+
+    watch_dynamo()   # say when dynamo declines an LSTM/GRU: no aoe backend ever sees it
+    return Backend(opts)
 
 
 def _dynamo_backend(gm: Any, example_inputs: list[Any]) -> Any:
@@ -65,5 +69,18 @@ def tune(model: Any, example_inputs: Sequence[Any], loss_fn: Callable[..., Any] 
     graph = capture_train_step(model, example_inputs, loss_fn, optimizer, options.get("name"), targets)
     return Backend(opts).tune_graph(graph, cfg.parse_mode(mode, "mode"))
 
+
+def _watch_if_compiling() -> None:
+    """torch.compile(backend="aoe") imports this package through its entry point, before dynamo traces:
+    watch for the RNN/GRU/LSTM modules dynamo declines then (they never reach the backend itself)."""
+    import sys
+
+    if "torch" in sys.modules:
+        from .recurrent import watch_dynamo
+
+        watch_dynamo()
+
+
+_watch_if_compiling()
 
 __all__ = ["backend", "tune", "capture", "capture_train_step"]

@@ -53,7 +53,9 @@ def capture(model: Any, example_inputs: Sequence[Any], name: str | None = None,
         def forward(self, *args: Any) -> Any:
             return _flat_tensors(self.m(*args), torch)
 
-    with torch.no_grad():
+    from .recurrent import as_cann_ops
+
+    with torch.no_grad(), as_cann_ops(model):   # nn.LSTM / nn.GRU as CANN's DynamicRNN / DynamicGRUV2
         gm, sig = aot_export_module(_Outputs(model), tuple(example_inputs), trace_joint=False)
     kinds = {**{k: "param" for k in sig.inputs_to_parameters}, **{k: "const" for k in sig.inputs_to_buffers}}
     return from_fx(gm, name or type(model).__name__, kinds, compute_dtype, training=False)
@@ -83,9 +85,12 @@ def capture_train_step(model: Any, example_inputs: Sequence[Any], loss_fn: Calla
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise AoeError("the model has no trainable parameters (requires_grad=True): nothing to train")
+    from .recurrent import as_cann_ops
+
     try:
-        gm, sig = aot_export_module(_Step(model), tuple(example_inputs) + tuple(targets), trace_joint=True,
-                                    output_loss_index=0)
+        with as_cann_ops(model):   # nn.LSTM / nn.GRU as CANN's DynamicRNN / DynamicGRUV2 (+ their gradients)
+            gm, sig = aot_export_module(_Step(model), tuple(example_inputs) + tuple(targets), trace_joint=True,
+                                        output_loss_index=0)
     except RuntimeError as exc:
         raise AoeError(f"cannot trace the training step of {type(model).__name__}: {str(exc).splitlines()[0]}; "
                        "pass loss_fn=lambda output, *targets: <scalar loss> (and tensors it reads as targets=...)") from None
