@@ -56,7 +56,8 @@ def tune(model: Any, example_inputs: Sequence[Any], loss_fn: Callable[..., Any] 
     """Tune ``model``'s training step (forward + backward + optimizer) without running a loop.
 
     ``loss_fn(output, *targets) -> scalar`` (default: the output's ``.loss``, a scalar output itself, or
-    the sum of the outputs; ``targets``, e.g. labels, are traced as inputs like ``example_inputs``); ``optimizer``: None or Adam(W) -> ``ApplyAdamD`` per parameter, other ``torch.optim``
+    the sum of the outputs; ``targets``, e.g. labels, are traced as inputs like ``example_inputs``); ``optimizer``: None or Adam(W) -> ``ApplyAdamD`` per parameter, SGD with momentum ->
+    ``ApplyMomentum`` (whichever implementation: single tensor, foreach, fused), other ``torch.optim``
     optimizers are traced. ``options`` are those of ``backend()`` (``soc_version``, ``work_path``,
     ``aoe_config_file``, ``budget``, ``repeat_tune``, ``device``, ``lock``, ``env``, ``verbose`` (default
     False here), ``name``, ...). The job runs as for ``aoe.tune``: banks, counters, REPEAT_TUNE, result

@@ -115,7 +115,31 @@ def _add_optimizer(g: Graph, grads: dict[str, str], optimizer: Any, torch: Any) 
         lr = float(optimizer.defaults.get("lr", 1e-3)) if optimizer is not None else 1e-3
         _apply_adam(g, grads, decoupled_decay=lr * wd if kind == "AdamW" else 0.0, l2=wd if kind == "Adam" else 0.0)
         return
+    d = optimizer.defaults if optimizer is not None else {}
+    if kind == "SGD" and d.get("momentum") and not d.get("dampening") and not d.get("maximize"):
+        _apply_momentum(g, grads, float(d.get("weight_decay") or 0.0), bool(d.get("nesterov")))
+        return
     _traced_optimizer(g, grads, optimizer, torch)
+
+
+def _apply_momentum(g: Graph, grads: dict[str, str], l2: float, nesterov: bool) -> None:
+    """SGD with momentum (any implementation: single tensor, foreach, fused) as CANN's ApplyMomentum per parameter."""
+    scalars = {k: _new(g, f"momentum/{k}", shape=(), dtype=g.compute_dtype, kind="const") for k in ("lr", "momentum")}
+    for p, grad in grads.items():
+        accum = _new(g, f"{p}/momentum_buffer", p, kind="param")
+        if g.tensors[grad].dtype != g.tensors[p].dtype:
+            cast = _new(g, f"{grad}/cast", p)
+            _emit(g, f"{p}/momentum/cast_grad", "Cast", [grad], [cast], {"dst_type": g.tensors[p].dtype})
+            grad = cast
+        if l2:
+            wp, g2 = _new(g, f"{p}/momentum/decay", p), _new(g, f"{grad}/decayed", p)
+            _emit(g, f"{p}/momentum/decay", "Muls", [p], [wp], {"value": l2})
+            _emit(g, f"{p}/momentum/decay_add", "Add", [grad, wp], [g2])
+            grad = g2
+        outs = [_new(g, f"{p}/updated", p), _new(g, f"{accum}/updated", p)]
+        _emit(g, f"{p}/momentum", "ApplyMomentum", [p, accum, scalars["lr"], grad, scalars["momentum"]], outs,
+              {"use_nesterov": nesterov, "use_locking": False})
+        g.outputs.extend(outs)
 
 
 def _adam_variant(opt: Any) -> bool:
@@ -180,6 +204,7 @@ def _traced_optimizer(g: Graph, grads: dict[str, str], optimizer: Any, torch: An
     cls = type(optimizer)
     defaults = dict(optimizer.defaults)
     defaults["foreach"] = True if "foreach" in defaults else None
+    defaults.pop("fused", None)   # the foreach form is the one traced (a fused kernel cannot be)
     if defaults.get("foreach") is None:
         defaults.pop("foreach", None)
     shapes = [g.tensors[p].shape for p in names]
