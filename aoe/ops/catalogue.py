@@ -51,6 +51,10 @@ _VECTOR_AS = {
     "ReduceAllD": "ReduceMaxD", "ReduceAnyD": "ReduceMaxD", "ReduceAll": "ReduceMaxD", "ReduceAny": "ReduceMaxD",
     # var, accum, grad in; var, accum out; accum = accum*momentum + grad, var -= lr*accum: 4 repeats, as PReluGrad
     "ApplyMomentum": "PReluGrad",
+    # a mask drawn per element (in, mask out: one repeat), a triangle kept by an index compare and select
+    # (2 repeats), scatters as the gather they invert, a slice written into a copy of a tensor as Pad
+    "DropOutGenMask": "Cast", "Tril": "ClipByValue", "Triu": "ClipByValue", "ScatterElements": "Gather",
+    "StridedSliceAssignD": "Pad",
 }
 _RESIZE_OPS = ("ResizeNearestNeighborV2", "ResizeBilinearV2")
 _ROW_OPS = ("SoftmaxV2", "SoftmaxGrad", "LayerNorm", "LayerNormGrad", "ReduceSumD", "ReduceMeanD",

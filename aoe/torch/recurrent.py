@@ -24,6 +24,7 @@ _LOCK = threading.Lock()
 _OPS: Any = None            # the registered custom operators (torch.ops.aoe), once per process
 _WATCHING = False
 _SEEN: dict[str, int] = {}  # dynamo "unimplemented" reason -> count already reported
+_REPORTED: set[tuple[str, str]] = set()
 _RNN_REASON = "RNN, GRU, or LSTM"
 
 
@@ -304,7 +305,7 @@ def as_cann_ops(model: Any) -> Iterator[list[str]]:
 
 # ---- dynamo ----------------------------------------------------------------------------------------
 def watch_dynamo() -> None:
-    """Warn (once per module) when dynamo declines an RNN, GRU or LSTM module: aoe never sees it."""
+    """Warn (once per module) when dynamo declines an RNN, GRU or LSTM module or a fused optimizer step."""
     global _WATCHING
     with _LOCK:
         if _WATCHING:
@@ -317,8 +318,8 @@ def watch_dynamo() -> None:
         _WATCHING = True
 
 
-def declined_modules() -> list[str]:
-    """The RNN/GRU/LSTM modules dynamo declined since the last call (its debug description of each)."""
+def declined_modules() -> list[tuple[str, str]]:
+    """(what, why) for each RNN/GRU/LSTM module or fused optimizer step dynamo declined since the last call."""
     try:
         from torch._dynamo.utils import counters
     except ImportError:
@@ -327,17 +328,27 @@ def declined_modules() -> list[str]:
     with _LOCK:
         for reason, count in list(counters.get("unimplemented", {}).items()):
             text = str(reason)
-            if _RNN_REASON not in text or count <= _SEEN.get(text, 0):
+            if not any(k in text for k in _DECLINED) or count <= _SEEN.get(text, 0):
                 continue
             _SEEN[text] = count
             m = re.search(r"Developer debug context:\s*(.+)", text)
-            new.append(m.group(1).strip() if m else "an RNN/GRU/LSTM module")
+            item = (m.group(1).strip() if m else "a module", next(v for k, v in _DECLINED.items() if k in text))
+            if item not in _REPORTED:   # one decline is often recorded under several reasons
+                _REPORTED.add(item)
+                new.append(item)
     return new
 
 
+_DECLINED = {  # dynamo's reason -> what it means for aoe and what to do
+    _RNN_REASON: "dynamo declines RNN, GRU and LSTM modules, so the graph holding it never reaches the aoe backend "
+                 "and is not tuned; tune the training step with aoe.torch.tune(model, example_inputs, ...), which "
+                 "maps nn.LSTM / nn.GRU to CANN's DynamicRNN / DynamicGRUV2",
+    "fused optimizer": "PyTorch does not let dynamo trace a fused optimizer step, so the aoe backend never sees it; "
+                       "compile the default or foreach step (both become ApplyAdamD / ApplyMomentum), or pass "
+                       "optimizer= to aoe.torch.tune",
+}
+
+
 def _report_declined() -> None:
-    for module in declined_modules():
-        warnings.warn(f"aoe: torch.compile did not capture {module}: dynamo declines RNN, GRU and LSTM modules, so "
-                      "the graph holding it never reaches the aoe backend and is not tuned; tune the training step "
-                      "with aoe.torch.tune(model, example_inputs, ...), which maps nn.LSTM / nn.GRU to CANN's "
-                      "DynamicRNN / DynamicGRUV2", stacklevel=2)
+    for what, why in declined_modules():
+        warnings.warn(f"aoe: torch.compile did not capture {what}: {why}", stacklevel=2)
