@@ -22,7 +22,6 @@ from typing import Any, Iterator
 
 _LOCK = threading.Lock()
 _OPS: Any = None            # the registered custom operators (torch.ops.aoe), once per process
-_WATCHING = False
 _SEEN: dict[str, int] = {}  # dynamo "unimplemented" reason -> count already reported
 _REPORTED: set[tuple[str, str]] = set()
 _RNN_REASON = "RNN, GRU, or LSTM"
@@ -306,16 +305,18 @@ def as_cann_ops(model: Any) -> Iterator[list[str]]:
 # ---- dynamo ----------------------------------------------------------------------------------------
 def watch_dynamo() -> None:
     """Warn (once per module) when dynamo declines an RNN, GRU or LSTM module or a fused optimizer step."""
-    global _WATCHING
     with _LOCK:
-        if _WATCHING:
-            return
         try:
             from torch._dynamo.callback import callback_handler
         except ImportError:  # an older dynamo: nothing to hook
             return
-        callback_handler.register_end_callback(lambda *_: _report_declined())
-        _WATCHING = True
+        # (torch._dynamo.reset() clears the callbacks: register again when ours is gone)
+        if _on_compile_end not in getattr(callback_handler, "end_callbacks", []):
+            callback_handler.register_end_callback(_on_compile_end)
+
+
+def _on_compile_end(*_: Any) -> None:
+    _report_declined()
 
 
 def declined_modules() -> list[tuple[str, str]]:
