@@ -94,6 +94,11 @@ def capture_train_step(model: Any, example_inputs: Sequence[Any], loss_fn: Calla
     except RuntimeError as exc:
         raise AoeError(f"cannot trace the training step of {type(model).__name__}: {str(exc).splitlines()[0]}; "
                        "pass loss_fn=lambda output, *targets: <scalar loss> (and tensors it reads as targets=...)") from None
+    except AssertionError as exc:
+        # AOTAutograd's joint export wants a gradient per parameter: tied (shared) parameters fail it
+        raise AoeError(f"cannot trace the training step of {type(model).__name__}: {str(exc).splitlines()[0]} "
+                       "(tied or unused parameters); torch.compile(model, backend='aoe') captures such a model "
+                       "during a real training step") from None
     kinds = {**{k: "param" for k in sig.inputs_to_parameters}, **{k: "const" for k in sig.inputs_to_buffers}}
     values: dict[str, str] = {}
     graph = from_fx(gm, name or type(model).__name__, kinds, compute_dtype, training=True, values=values)
