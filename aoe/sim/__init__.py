@@ -104,11 +104,14 @@ def simulate_times(soc: SocLike, op: SimOp, strategies: Any, threads: int = 1) -
 def _recurrent_times(s: Soc, op: RecurrentMatMul, step_mm: np.ndarray) -> np.ndarray:
     """The whole time loop from the times of one step's gate matmul (see ``RecurrentMatMul``)."""
     launch = float(s.launch_us)
-    gate = 0.0
-    for v in op.step_ops:
-        # the gate math of a step is vector code inside the same kernel: its time without a launch
-        row = np.array([[default_strategy(s, v)[f] for f in strategy_fields(v)]], dtype=np.int64)
-        gate += float(_sim.simulate_times(s.native, v.kind, v.params(), row, 1)[0][0]) - launch
+    gate = op.gate_cache.get(s)   # a search prices the same operator batch after batch
+    if gate is None:
+        # the gate math is vector code inside the recurrent kernel: each operator's time without a launch
+        gate = 0.0
+        for v in op.step_ops:
+            row = np.array([[default_strategy(s, v)[f] for f in strategy_fields(v)]], dtype=np.int64)
+            gate += float(_sim.simulate_times(s.native, v.kind, v.params(), row, 1)[0][0]) - launch
+        op.gate_cache[s] = gate   # (same value from any thread: a race only computes it twice)
     return launch + op.steps * (np.asarray(step_mm, dtype=np.float64) - launch + gate)
 
 

@@ -140,6 +140,8 @@ class RecurrentMatMul(MatMul):
 
     steps: int = 1
     step_ops: tuple["VectorOp", ...] = ()
+    # SoC -> one step's gate time (aoe.sim._recurrent_times); a cache, not part of the descriptor
+    gate_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
