@@ -142,6 +142,18 @@ def test_a_torch_compiled_lstm_says_dynamo_declined_it(tmp_path: Path) -> None:
     assert be.graphs == []             # it really never reached the backend
 
 
+def test_backend_by_name_says_it_too_in_a_fresh_process(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = ("import torch, aoe.torch\n"      # aoe imported before dynamo is loaded, then the backend by name
+              "torch.compile(torch.nn.GRU(5, 7), backend='aoe')(torch.randn(3, 2, 5))\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                       env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "did not capture GRU(5, 7): dynamo declines RNN, GRU and LSTM" in r.stderr
+
+
 def test_tune_reaches_the_recurrent_model_dynamo_declines(tmp_path: Path) -> None:
     torch.manual_seed(0)
     model = _Seq()

@@ -28,11 +28,23 @@ def backend(**options: Any) -> Any:
     return Backend(opts)
 
 
-def _dynamo_backend(gm: Any, example_inputs: list[Any]) -> Any:
+def _entry_backend(gm: Any, example_inputs: list[Any]) -> Any:
     """``torch.compile(backend="aoe")``: settings from the environment (AOE_MODE, TUNE_BANK_PATH, ...)."""
     from .dynamo import Backend
 
     return Backend()(gm, example_inputs)
+
+
+def __getattr__(name: str) -> Any:
+    # The entry point (aoe = "aoe.torch:_dynamo_backend") is read by dynamo when torch.compile first looks
+    # the backend up, before it traces anything: the moment to watch for the modules dynamo declines
+    # (they never reach the backend itself). Dynamo is loaded then, whenever aoe.torch was imported.
+    if name == "_dynamo_backend":
+        from .recurrent import watch_dynamo
+
+        watch_dynamo()
+        return _entry_backend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def capture(model: Any, example_inputs: Sequence[Any], name: str | None = None) -> Any:
@@ -70,18 +82,5 @@ def tune(model: Any, example_inputs: Sequence[Any], loss_fn: Callable[..., Any] 
     graph = capture_train_step(model, example_inputs, loss_fn, optimizer, options.get("name"), targets)
     return Backend(opts).tune_graph(graph, cfg.parse_mode(mode, "mode"))
 
-
-def _watch_if_compiling() -> None:
-    """torch.compile(backend="aoe") imports this package through its entry point, before dynamo traces:
-    watch for the RNN/GRU/LSTM modules dynamo declines then (they never reach the backend itself)."""
-    import sys
-
-    if "torch" in sys.modules:
-        from .recurrent import watch_dynamo
-
-        watch_dynamo()
-
-
-_watch_if_compiling()
 
 __all__ = ["backend", "tune", "capture", "capture_train_step"]
