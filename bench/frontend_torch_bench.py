@@ -166,7 +166,7 @@ def _tune_case_counts(graphs: list[Any], tmp: Path, budget: int) -> dict[str, An
             "status": sorted({r.status for r in first})}
 
 
-def issue26(budget: int) -> dict[str, Any]:
+def issue26(budget: int, only: list[str] | None = None) -> dict[str, Any]:
     """Ops seen / priced / skipped (with reasons), built-in / custom / new cases, capture and tuning CPU per model."""
     from collections import Counter
 
@@ -179,6 +179,8 @@ def issue26(budget: int) -> dict[str, Any]:
     models, absent = _issue26_models()
     rows: dict[str, Any] = {}
     for name, (build, inputs, loss_fn) in models.items():
+        if only and name not in only:
+            continue
         torch.manual_seed(0)
         torch._dynamo.reset()
         model, xs = build(), inputs()
@@ -228,6 +230,7 @@ def main() -> None:
     p.add_argument("--issue26", action="store_true",
                    help="instead: the models of issue 26 (small CNN, Transformer layers, LSTM, torchvision and "
                         "Hugging Face models where they install): ops seen / priced / skipped, cases, CPU")
+    p.add_argument("--only", nargs="*", help="with --issue26: these models only (e.g. lstm gpt2)")
     args = p.parse_args()
     if args.issue26:
         import torch
@@ -235,7 +238,7 @@ def main() -> None:
         from job_bench import machine
 
         out = {"bench": "frontend_torch_issue26", **machine(), "vector_flags": _vector_flags(),
-               "budget": args.budget, "torch": torch.__version__, **issue26(args.budget)}
+               "budget": args.budget, "torch": torch.__version__, **issue26(args.budget, args.only)}
         out["load_1min_end"] = round(__import__("os").getloadavg()[0], 2)
         print(json.dumps(out))
         return
