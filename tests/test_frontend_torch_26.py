@@ -70,7 +70,9 @@ def test_lstm_and_gru_become_cann_recurrent_operators_that_compute_the_same() ->
     twin = copy.deepcopy(model)
     for p in twin.parameters():
         p.grad = None
-    with aoe.torch.recurrent.as_cann_ops(twin) as names:
+    from aoe.torch.recurrent import as_cann_ops
+
+    with as_cann_ops(twin) as names:
         out = twin(x)
         out.sum().backward()
     assert names == ["lstm", "gru"]
