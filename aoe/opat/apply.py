@@ -74,6 +74,12 @@ def variant_for(case: OpCase, knowledge: Mapping[str, Any]) -> tuple[Variant, di
     fields = strategy_fields(variant.sim_op)
     if all(f in knowledge for f in fields):
         return variant, {f: int(knowledge[f]) for f in fields}
+    kernel = knowledge.get("kernel")
+    strat = kernel.get("strategy") if isinstance(kernel, Mapping) else None
+    if (isinstance(strat, Mapping) and kernel.get("op") == type(variant.sim_op).__name__
+            and all(f in strat for f in fields)):
+        # the case's own kernel is of another family than its key (a recurrent operator's time loop)
+        return variant, {f: int(strat[f]) for f in fields}
     return variant, None
 
 

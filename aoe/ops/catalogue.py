@@ -49,6 +49,12 @@ _VECTOR_AS = {
     "SeluGrad": "EluGrad", "LogSoftmaxGrad": "SoftmaxGrad", "BNInferGrad": "Mul", "SwishGrad": "SoftplusGrad",
     "HardtanhGrad": "AbsGrad", "Expm1": "Exp", "Log1p": "Log", "FloorDiv": "FloorMod", "MaskedFill": "Select",
     "ReduceAllD": "ReduceMaxD", "ReduceAnyD": "ReduceMaxD", "ReduceAll": "ReduceMaxD", "ReduceAny": "ReduceMaxD",
+    # var, accum, grad in; var, accum out; accum = accum*momentum + grad, var -= lr*accum: 4 repeats, as PReluGrad
+    "ApplyMomentum": "PReluGrad",
+    # a mask drawn per element (in, mask out: one repeat), a triangle kept by an index compare and select
+    # (2 repeats), scatters as the gather they invert, a slice written into a copy of a tensor as Pad
+    "DropOutGenMask": "Cast", "Tril": "ClipByValue", "Triu": "ClipByValue", "ScatterElements": "Gather",
+    "StridedSliceAssignD": "Pad",
 }
 _RESIZE_OPS = ("ResizeNearestNeighborV2", "ResizeBilinearV2")
 _ROW_OPS = ("SoftmaxV2", "SoftmaxGrad", "LayerNorm", "LayerNormGrad", "ReduceSumD", "ReduceMeanD",
@@ -132,6 +138,10 @@ def describe(graph: Graph, op: Op) -> OpCase:
         return _matmul_case(graph, op)
     if op.type in ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "DepthwiseConv2D", "Conv2DTranspose"):
         return _conv_case(graph, op)
+    if op.type in ("DynamicRNN", "DynamicRNNGrad", "DynamicGRUV2", "DynamicGRUV2Grad"):
+        from .recurrent import recurrent_case  # the time loop of CANN's recurrent kernels (aoe/ops/recurrent.py)
+
+        return recurrent_case(graph, op)
     return _vector_case(graph, op)
 
 

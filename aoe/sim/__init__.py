@@ -20,7 +20,7 @@ from .. import _sim
 from ..errors import AoeError
 from ..soc import Soc, load_soc
 from .heuristics import default_strategy
-from .ops import DTYPES, FORMATS, Conv2D, MatMul, SimOp, VectorOp, make_op
+from .ops import DTYPES, FORMATS, Conv2D, MatMul, RecurrentMatMul, SimOp, VectorOp, make_op
 
 PIPES: list[str] = list(_sim.PIPES)
 REASONS: list[str] = list(_sim.REASONS)
@@ -95,7 +95,24 @@ def simulate_times(soc: SocLike, op: SimOp, strategies: Any, threads: int = 1) -
     """Times in µs (inf when invalid) and reason codes of a batch of strategies (N x F ints)."""
     s = load_soc(soc)
     rows = _strategy_rows(op, strategies)
-    return _sim.simulate_times(s.native, op.kind, op.params(), rows, int(max(1, threads)))
+    times, reasons = _sim.simulate_times(s.native, op.kind, op.params(), rows, int(max(1, threads)))
+    if isinstance(op, RecurrentMatMul):
+        times = _recurrent_times(s, op, times)
+    return times, reasons
+
+
+def _recurrent_times(s: Soc, op: RecurrentMatMul, step_mm: np.ndarray) -> np.ndarray:
+    """The whole time loop from the times of one step's gate matmul (see ``RecurrentMatMul``)."""
+    launch = float(s.launch_us)
+    gate = op.gate_cache.get(s)   # a search prices the same operator batch after batch
+    if gate is None:
+        # the gate math is vector code inside the recurrent kernel: each operator's time without a launch
+        gate = 0.0
+        for v in op.step_ops:
+            row = np.array([[default_strategy(s, v)[f] for f in strategy_fields(v)]], dtype=np.int64)
+            gate += float(_sim.simulate_times(s.native, v.kind, v.params(), row, 1)[0][0]) - launch
+        op.gate_cache[s] = gate   # (same value from any thread: a race only computes it twice)
+    return launch + op.steps * (np.asarray(step_mm, dtype=np.float64) - launch + gate)
 
 
 @dataclass(frozen=True)
@@ -125,6 +142,9 @@ def simulate_batch(soc: SocLike, op: SimOp, strategies: Any, threads: int = 1) -
     s = load_soc(soc)
     rows = _strategy_rows(op, strategies)
     out = _sim.simulate_batch(s.native, op.kind, op.params(), rows, int(max(1, threads)))
+    if isinstance(op, RecurrentMatMul):
+        # the whole time loop; the per-pipe figures stay those of one step's gate matmul
+        out = dict(out, time_us=_recurrent_times(s, op, out["time_us"]))
     return BatchResult(**out)
 
 
@@ -150,7 +170,7 @@ def simulate(soc: SocLike, op: SimOp, strategy: Mapping[str, int] | Sequence[int
 
 
 __all__ = [
-    "MatMul", "VectorOp", "Conv2D", "SimOp", "make_op", "simulate", "simulate_batch", "simulate_times",
+    "MatMul", "RecurrentMatMul", "VectorOp", "Conv2D", "SimOp", "make_op", "simulate", "simulate_batch", "simulate_times",
     "SimResult", "BatchResult", "default_strategy", "strategy_fields", "PIPES", "REASONS",
     "DTYPES", "FORMATS",
 ]

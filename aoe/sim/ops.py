@@ -125,6 +125,31 @@ class MatMul:
         return 2.0 * self.m * self.n * self.k * max(self.batch, self.batch_b or self.batch)
 
 
+
+@dataclass(frozen=True)
+class RecurrentMatMul(MatMul):
+    """A recurrent operator's time loop (CANN DynamicRNN / DynamicGRUV2 and their gradients), one kernel.
+
+    Each of `steps` sequential time steps runs this matmul (the gate matmul of one step: M = batch,
+    the strategy fields and tiling are the matmul's) and then `step_ops`, the gate math of that step
+    on the Vector unit. The time is priced from the native models of both (`aoe.sim.simulate_times`):
+    ``launch + steps * (matmul - launch + sum(vector op at its default strategy - launch))`` -- the
+    kernel is launched once; a step cannot start before the previous step's hidden state exists, so
+    the steps do not overlap (the Cube/Vector hand-over inside a step is not overlapped either).
+    """
+
+    steps: int = 1
+    step_ops: tuple["VectorOp", ...] = ()
+    # SoC -> one step's gate time (aoe.sim._recurrent_times); a cache, not part of the descriptor
+    gate_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _dims([self.steps], "recurrent steps")
+        if not all(isinstance(v, VectorOp) for v in self.step_ops):
+            raise AoeError("a recurrent operator's step_ops must be VectorOp descriptors")
+
+
 @dataclass(frozen=True)
 class VectorOp:
     """A Vector-unit kernel over a main input `shape` (see `aoe._sim.vector_ops()` for the list).

@@ -88,7 +88,7 @@ def make_callback_class() -> type:
         """Tune the model's training step on the first ``fit`` step; nothing when tuning is off.
 
         ``config``: the product's session options as a dict (``aoe_mode``, ``work_path``,
-        ``aoe_config_file``, ``soc_version``, ``tune_bank_path``); unset keys come from the environment
+        ``aoe_config_file``, ``soc_version``, ``tune_bank_path``, ``builtin``); unset keys come from the environment
         (``AOE_MODE``, ``ASCEND_WORK_PATH``, ``TUNE_BANK_PATH`` ...). After ``fit``, ``.result`` is the
         job's JobResult (result file, counters) and ``.graph`` the tuned graph.
         """

@@ -10,6 +10,7 @@ dict winning key by key:
 | `aoe_config_file` | `aoe_config_file` in `aoe.ini` | a tune_ops file limiting what is tuned |
 | `soc_version` | `AOE_SOC_VERSION` | the simulated SoC (default Ascend910B2) |
 | `tune_bank_path` | `TUNE_BANK_PATH` | the custom bank root |
+| `builtin` | `AOE_BUILTIN_BANK` (on/off) | False: consult only the custom bank, not the shipped built-in banks |
 
 Everything else (REPEAT_TUNE, TUNING_PARALLEL_NUM, AOE_SEARCH_BUDGET, ASCEND_DEVICE_ID, device
 locks ...) is read by the job exactly as for the `aoe` command.
@@ -24,7 +25,7 @@ from typing import Any
 
 from ..errors import AoeError
 
-KEYS = ("aoe_mode", "work_path", "aoe_config_file", "soc_version", "tune_bank_path")
+KEYS = ("aoe_mode", "work_path", "aoe_config_file", "soc_version", "tune_bank_path", "builtin")
 _LOCK = threading.Lock()  # one tuning run at a time per process: the job rewrites signal handlers
 
 
@@ -38,6 +39,7 @@ class Settings:
     tune_ops_file: str | None
     bank: str | None
     env: Mapping[str, str]
+    builtin: bool | None = None   # None: AOE_BUILTIN_BANK decides (default on)
 
 
 def resolve(config: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> Settings | None:
@@ -59,7 +61,7 @@ def resolve(config: Mapping[str, Any] | None = None, env: Mapping[str, str] | No
     mode = jcfg.parse_mode(mode_value if isinstance(mode_value, int) else str(mode_value), source)
     soc = str(cfg.get("soc_version") or env.get("AOE_SOC_VERSION") or JobSpec(mode=mode).soc)
     s = Settings(mode=mode, soc=soc, work_path=_opt(cfg, "work_path"), tune_ops_file=_opt(cfg, "aoe_config_file"),
-                 bank=_opt(cfg, "tune_bank_path"), env=env)
+                 bank=_opt(cfg, "tune_bank_path"), env=env, builtin=_flag(cfg, "builtin"))
     job_settings(s, warn=False)  # validate now: a bad setting stops the script before training starts
     return s
 
@@ -73,12 +75,20 @@ def _opt(cfg: Mapping[str, Any], key: str) -> str | None:
     return os.fspath(v)
 
 
+def _flag(cfg: Mapping[str, Any], key: str) -> bool | None:
+    v = cfg.get(key)
+    if v is None or isinstance(v, bool):
+        return v
+    raise AoeError(f"tuning option {key!r} must be True or False, not {v!r}")
+
+
 def job_settings(s: Settings, warn: bool = True) -> Any:
     """The job's settings (banks, work path, budget, locks ...) as the `aoe` command would build them."""
     from ..job import settings_from_env
 
     kw = {} if warn else {"warn": None}
-    return settings_from_env(s.env, soc=s.soc, mode=s.mode, work_path=s.work_path, bank=s.bank, **kw)
+    return settings_from_env(s.env, soc=s.soc, mode=s.mode, work_path=s.work_path, bank=s.bank, builtin=s.builtin,
+                             **kw)
 
 
 NPU_OPTIMIZER = "NpuOptimizer"

@@ -21,14 +21,30 @@ def backend(**options: Any) -> Any:
     from .dynamo import Backend, make_options
 
     import_torch()
-    return Backend(make_options(options))
+    opts = make_options(options)
+    from .recurrent import watch_dynamo
+
+    watch_dynamo()   # say when dynamo declines an LSTM/GRU: no aoe backend ever sees it
+    return Backend(opts)
 
 
-def _dynamo_backend(gm: Any, example_inputs: list[Any]) -> Any:
+def _entry_backend(gm: Any, example_inputs: list[Any]) -> Any:
     """``torch.compile(backend="aoe")``: settings from the environment (AOE_MODE, TUNE_BANK_PATH, ...)."""
     from .dynamo import Backend
 
     return Backend()(gm, example_inputs)
+
+
+def __getattr__(name: str) -> Any:
+    # The entry point (aoe = "aoe.torch:_dynamo_backend") is read by dynamo when torch.compile first looks
+    # the backend up, before it traces anything: the moment to watch for the modules dynamo declines
+    # (they never reach the backend itself). Dynamo is loaded then, whenever aoe.torch was imported.
+    if name == "_dynamo_backend":
+        from .recurrent import watch_dynamo
+
+        watch_dynamo()
+        return _entry_backend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def capture(model: Any, example_inputs: Sequence[Any], name: str | None = None) -> Any:
@@ -52,7 +68,8 @@ def tune(model: Any, example_inputs: Sequence[Any], loss_fn: Callable[..., Any] 
     """Tune ``model``'s training step (forward + backward + optimizer) without running a loop.
 
     ``loss_fn(output, *targets) -> scalar`` (default: the output's ``.loss``, a scalar output itself, or
-    the sum of the outputs; ``targets``, e.g. labels, are traced as inputs like ``example_inputs``); ``optimizer``: None or Adam(W) -> ``ApplyAdamD`` per parameter, other ``torch.optim``
+    the sum of the outputs; ``targets``, e.g. labels, are traced as inputs like ``example_inputs``); ``optimizer``: None or Adam(W) -> ``ApplyAdamD`` per parameter, SGD with momentum ->
+    ``ApplyMomentum`` (whichever implementation: single tensor, foreach, fused), other ``torch.optim``
     optimizers are traced. ``options`` are those of ``backend()`` (``soc_version``, ``work_path``,
     ``aoe_config_file``, ``budget``, ``repeat_tune``, ``device``, ``lock``, ``env``, ``verbose`` (default
     False here), ``name``, ...). The job runs as for ``aoe.tune``: banks, counters, REPEAT_TUNE, result

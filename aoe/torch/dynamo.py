@@ -36,6 +36,7 @@ class Options:
     config: str | os.PathLike[str] | None = None          # an aoe.ini
     budget: int | None = None              # strategy evaluations per operator case
     repeat_tune: bool | None = None
+    builtin: bool | None = None            # False: custom bank only (AOE_BUILTIN_BANK=off); None: the variable
     device: int | None = None
     lock: bool = True
     lock_dir: str | os.PathLike[str] | None = None
@@ -53,6 +54,8 @@ def make_options(options: Mapping[str, Any]) -> Options:
     bad = sorted(set(options) - known)
     if bad:
         raise AoeError(f"aoe.torch: unknown option(s) {', '.join(bad)}; known: {', '.join(sorted(known))}")
+    if options.get("builtin") is not None and not isinstance(options["builtin"], bool):
+        raise AoeError(f"aoe.torch: option builtin must be True or False, not {options['builtin']!r}")
     return Options(**dict(options))
 
 
@@ -93,7 +96,7 @@ class Backend:
         o = self.options
         s = settings_from_env(self._env(), soc=o.soc_version, mode=mode, device=o.device, work_path=o.work_path,
                               config=o.config, bank=o.bank, repeat_tune=o.repeat_tune, budget=o.budget,
-                              progress=o.progress, lock=o.lock, lock_dir=o.lock_dir)
+                              progress=o.progress, lock=o.lock, lock_dir=o.lock_dir, builtin=o.builtin)
         tune_ops = None
         path = o.aoe_config_file
         if path is None and s.tune_ops_file:

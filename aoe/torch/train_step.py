@@ -53,7 +53,9 @@ def capture(model: Any, example_inputs: Sequence[Any], name: str | None = None,
         def forward(self, *args: Any) -> Any:
             return _flat_tensors(self.m(*args), torch)
 
-    with torch.no_grad():
+    from .recurrent import as_cann_ops
+
+    with torch.no_grad(), as_cann_ops(model):   # nn.LSTM / nn.GRU as CANN's DynamicRNN / DynamicGRUV2
         gm, sig = aot_export_module(_Outputs(model), tuple(example_inputs), trace_joint=False)
     kinds = {**{k: "param" for k in sig.inputs_to_parameters}, **{k: "const" for k in sig.inputs_to_buffers}}
     return from_fx(gm, name or type(model).__name__, kinds, compute_dtype, training=False)
@@ -83,12 +85,20 @@ def capture_train_step(model: Any, example_inputs: Sequence[Any], loss_fn: Calla
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise AoeError("the model has no trainable parameters (requires_grad=True): nothing to train")
+    from .recurrent import as_cann_ops
+
     try:
-        gm, sig = aot_export_module(_Step(model), tuple(example_inputs) + tuple(targets), trace_joint=True,
-                                    output_loss_index=0)
+        with as_cann_ops(model):   # nn.LSTM / nn.GRU as CANN's DynamicRNN / DynamicGRUV2 (+ their gradients)
+            gm, sig = aot_export_module(_Step(model), tuple(example_inputs) + tuple(targets), trace_joint=True,
+                                        output_loss_index=0)
     except RuntimeError as exc:
         raise AoeError(f"cannot trace the training step of {type(model).__name__}: {str(exc).splitlines()[0]}; "
                        "pass loss_fn=lambda output, *targets: <scalar loss> (and tensors it reads as targets=...)") from None
+    except AssertionError as exc:
+        # AOTAutograd's joint export wants a gradient per parameter: tied (shared) parameters fail it
+        raise AoeError(f"cannot trace the training step of {type(model).__name__}: {str(exc).splitlines()[0]} "
+                       "(tied or unused parameters); torch.compile(model, backend='aoe') captures such a model "
+                       "during a real training step") from None
     kinds = {**{k: "param" for k in sig.inputs_to_parameters}, **{k: "const" for k in sig.inputs_to_buffers}}
     values: dict[str, str] = {}
     graph = from_fx(gm, name or type(model).__name__, kinds, compute_dtype, training=True, values=values)
@@ -110,7 +120,31 @@ def _add_optimizer(g: Graph, grads: dict[str, str], optimizer: Any, torch: Any) 
         lr = float(optimizer.defaults.get("lr", 1e-3)) if optimizer is not None else 1e-3
         _apply_adam(g, grads, decoupled_decay=lr * wd if kind == "AdamW" else 0.0, l2=wd if kind == "Adam" else 0.0)
         return
+    d = optimizer.defaults if optimizer is not None else {}
+    if kind == "SGD" and d.get("momentum") and not d.get("dampening") and not d.get("maximize"):
+        _apply_momentum(g, grads, float(d.get("weight_decay") or 0.0), bool(d.get("nesterov")))
+        return
     _traced_optimizer(g, grads, optimizer, torch)
+
+
+def _apply_momentum(g: Graph, grads: dict[str, str], l2: float, nesterov: bool) -> None:
+    """SGD with momentum (any implementation: single tensor, foreach, fused) as CANN's ApplyMomentum per parameter."""
+    scalars = {k: _new(g, f"momentum/{k}", shape=(), dtype=g.compute_dtype, kind="const") for k in ("lr", "momentum")}
+    for p, grad in grads.items():
+        accum = _new(g, f"{p}/momentum_buffer", p, kind="param")
+        if g.tensors[grad].dtype != g.tensors[p].dtype:
+            cast = _new(g, f"{grad}/cast", p)
+            _emit(g, f"{p}/momentum/cast_grad", "Cast", [grad], [cast], {"dst_type": g.tensors[p].dtype})
+            grad = cast
+        if l2:
+            wp, g2 = _new(g, f"{p}/momentum/decay", p), _new(g, f"{grad}/decayed", p)
+            _emit(g, f"{p}/momentum/decay", "Muls", [p], [wp], {"value": l2})
+            _emit(g, f"{p}/momentum/decay_add", "Add", [grad, wp], [g2])
+            grad = g2
+        outs = [_new(g, f"{p}/updated", p), _new(g, f"{accum}/updated", p)]
+        _emit(g, f"{p}/momentum", "ApplyMomentum", [p, accum, scalars["lr"], grad, scalars["momentum"]], outs,
+              {"use_nesterov": nesterov, "use_locking": False})
+        g.outputs.extend(outs)
 
 
 def _adam_variant(opt: Any) -> bool:
@@ -175,6 +209,7 @@ def _traced_optimizer(g: Graph, grads: dict[str, str], optimizer: Any, torch: An
     cls = type(optimizer)
     defaults = dict(optimizer.defaults)
     defaults["foreach"] = True if "foreach" in defaults else None
+    defaults.pop("fused", None)   # the foreach form is the one traced (a fused kernel cannot be)
     if defaults.get("foreach") is None:
         defaults.pop("foreach", None)
     shapes = [g.tensors[p].shape for p in names]

@@ -743,3 +743,6 @@ def r_mse_bw(cv: Converter, node: Any, a: dict) -> Any:
 
 from . import attention as _attention  # noqa: E402,F401  (registers the attention rules)
 from . import foreach as _foreach  # noqa: E402,F401  (registers the _foreach_* rule)
+from . import recurrent as _recurrent  # noqa: E402,F401  (registers aoe's recurrent custom operators)
+from . import optim as _optim  # noqa: E402,F401  (registers lerp / addcmul / addcdiv / fma)
+from . import scatter as _scatter  # noqa: E402,F401  (registers masks, tril/triu, scatters, slice writes)

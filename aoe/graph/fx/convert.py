@@ -62,14 +62,14 @@ class Converter:
         self.node: Any = None  # the node being converted (for names and messages)
         self.elem: int | None = None  # the list element a _foreach_* rule is converting
         self.values = values          # filled with output node name -> IR tensor (permutations applied)
-        self.adam: Any = None         # a recognised multi-tensor Adam step (foreach.AdamPlan)
+        self.adam: Any = None         # recognised optimizer steps (optim.Plan)
 
     # ---- driver ------------------------------------------------------------------------------
     def run(self) -> Graph:
         from .aten import RULES
-        from .foreach import recognise_adam
+        from .optim import recognise
 
-        self.adam = recognise_adam(self.gm)
+        self.adam = recognise(self.gm, self)   # optimizer steps that become CANN apply operators
         outputs: list[str] = []
         for node in self.gm.graph.nodes:
             self.node = node
@@ -105,14 +105,13 @@ class Converter:
             if isinstance(base, (tuple, list)):
                 return base[node.args[1]]
             raise AoeError(f"graph {self.name!r}: getitem {node.name!r} reads a value that is not a tuple")
-        if self.adam is not None and node.name in self.adam.skip:
-            # part of a recognised Adam step: computed by its ApplyAdamD operators
-            val = node.meta.get("val")
-            return tuple(None for _ in val) if isinstance(val, (list, tuple)) else None
-        if self.adam is not None and node is self.adam.update:
-            from .foreach import emit_adam
+        if self.adam is not None:
+            from .optim import PASS
 
-            return emit_adam(self, self.adam)
+            # part of a recognised optimizer step: computed by its apply operators (optim.py)
+            handled = self.adam.handle(self, node)
+            if handled is not PASS:
+                return handled
         packet = _packet(node.target)
         if packet in ("sym_size", "sym_stride", "sym_numel", "sym_storage_offset") or not hasattr(node.target, "_schema"):
             self._symbolic_or_opaque(node, packet)

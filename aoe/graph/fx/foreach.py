@@ -115,7 +115,12 @@ def recognise_adam(gm: Any) -> AdamPlan | None:
     name = lambda n: getattr(n.target, "__name__", "")  # noqa: E731
     for upd in (n for n in nodes if name(n).startswith("_foreach_addcdiv")):
         params, m_new = _list_of(upd.args[0]), _list_of(upd.args[1])
-        if not params or not m_new or any(getattr(p, "op", "") != "placeholder" for p in params):
+        decay = _producer(params or [])
+        if decay is not None and not (name(decay).startswith("_foreach_mul") and all(
+                getattr(p, "op", "") == "placeholder" for p in _list_of(decay.args[0]) or [None])):
+            decay = None
+        # AdamW: the parameters decayed first (p * (1 - lr * wd)), a Muls per parameter kept before ApplyAdamD
+        if not params or not m_new or (decay is None and any(getattr(p, "op", "") != "placeholder" for p in params)):
             continue
         m_node = _producer(m_new)
         if m_node is None or not name(m_node).startswith(("_foreach_lerp", "_foreach_addcmul")):
@@ -130,7 +135,7 @@ def recognise_adam(gm: Any) -> AdamPlan | None:
         vs = _list_of(mul.args[0]) if mul is not None and name(mul).startswith("_foreach_mul") else None
         if vs is None or not grads or not (len(params) == len(ms) == len(vs) == len(grads)):
             continue
-        skip = {n.name for n in nodes if name(n).startswith("_foreach_") and n is not upd}
+        skip = {n.name for n in nodes if name(n).startswith("_foreach_") and n is not upd and n is not decay}
         return AdamPlan(upd, m_node, v_node, params, ms, vs, grads, skip)
     return None
 
