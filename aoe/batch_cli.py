@@ -76,7 +76,7 @@ def main(argv: list[str]) -> int:
                                              budget=args.search_budget, progress=False, lock=False)
                 spec = JobSpec(mode=line.mode, model=line.model, input_shape=line.input_shape,
                                training=line.training, soc=line.soc)
-                farm.prefetch_specs([spec], settings, load_graph)
+                farm.prefetch_specs([spec], settings, load_graph, keep=True)
             farm.flush()
             for (mode, soc, training), run in groupby(lines, key=lambda x: (x.mode, x.soc, x.training)):
                 run = list(run)

@@ -41,6 +41,7 @@ Job = tuple[Any, Soc, tuple[str, ...], Budget, str, int, int]  # what graph_tune
 SubgraphJob = tuple[Any, str]  # (RegionData, search method): what aoe.sgat.search takes
 
 GROUPS_PER_WORKER = 4  # enough groups to balance the load, few enough that per-task overhead stays small
+MIN_GROUP = 4          # a partial flush waits for at least this many jobs per group
 
 
 def job_key(job: Job) -> tuple[Any, ...]:
@@ -102,6 +103,7 @@ class CaseFarm:
         self._done: dict[tuple[Any, ...], Any] = {}
         self._group_keys: dict[str, list[tuple[Any, ...]]] = {}  # group future key -> its job keys
         self._models: set[tuple[Any, ...]] = set()  # models already prefetched (counted once)
+        self._loaded: dict[tuple[Any, ...], Any] = {}  # model source -> the graph its prefetch loaded
         # (graph fingerprint, SoC, cores) -> sgat Prepared: a job reloads its model from the file, so the
         # graph it tunes is equal to, not the same object as, the one prefetched
         self._prepared: dict[tuple[str, str, int], Any] = {}
@@ -204,23 +206,31 @@ class CaseFarm:
         self.stats["subgraphs_distinct"] += queued
         return queued
 
-    def prefetch_specs(self, specs: Sequence[Any], settings: Any,
-                       load: Callable[[Any], Any]) -> dict[int, Any]:
+    def prefetch_specs(self, specs: Sequence[Any], settings: Any, load: Callable[[Any], Any],
+                       keep: bool = False) -> dict[int, Any]:
         """Load each job's graph (`load(spec)`) and queue its misses; {index: graph} of those loaded.
+
+        `keep`: the caller drops the graphs; the farm keeps each until a later prefetch_specs of the same
+        model file (e.g. tune_models on `aoe batch`'s farm) takes it for its job instead of loading again.
 
         A model that fails to load (or an SGAT job on a SoC SGAT refuses) is left out: the job loop
         loads it again and reports the error. tune_ops selections are not prefetched (their cases are
         sent when the tuner asks for them)."""
         graphs: dict[int, Any] = {}
         for i, spec in enumerate(specs):
+            source = (spec.model, repr(spec.input_shape), spec.training, spec.compute_dtype, spec.framework)
             try:
-                graphs[i] = load(spec)
+                # a graph an earlier prefetch of this batch loaded from the same file is used (once) again
+                kept = self._loaded.pop(source, None) if spec.model is not None and spec.graph is None else None
+                graphs[i] = kept if kept is not None else load(spec)
             except AoeError:
                 continue
-            ident = (spec.mode, spec.model, spec.soc, repr(spec.input_shape), spec.training, spec.compute_dtype)
+            ident = (spec.mode, spec.soc, *source)
             if spec.tune_ops is not None or (spec.model is not None and ident in self._models):
                 continue
             self._models.add(ident)
+            if keep and spec.model is not None and spec.graph is None:
+                self._loaded[source] = graphs[i]
             if spec.mode == 2:
                 self.prefetch(graphs[i], spec.soc, settings)
             elif spec.mode == 1:
@@ -228,16 +238,22 @@ class CaseFarm:
                     self.prefetch_subgraphs(graphs[i], spec.soc, settings)
                 except AoeError:
                     continue
+            self.flush(partial=True)  # the workers start while the next models are read
         return graphs
 
-    def flush(self) -> None:
-        """Send the queued jobs in contiguous groups (graph order: the first model's results come first)."""
+    def flush(self, partial: bool = False) -> None:
+        """Send the queued jobs in contiguous groups (graph order: the first model's results come first).
+
+        `partial` (between the models of a prefetch): only when enough are queued for groups of
+        MIN_GROUP or more, so the workers start early without a flood of tiny tasks."""
+        workers = max(1, len(self.client.scheduler_info().get("workers", {})))
         with self._lock:
+            if partial and len(self._queued) < workers * GROUPS_PER_WORKER * MIN_GROUP:
+                return
             queued, self._queued = self._queued, []
             self._queued_keys.clear()
         if not queued:
             return
-        workers = max(1, len(self.client.scheduler_info().get("workers", {})))
         if self._progress and self._bar is None:
             from tqdm import tqdm  # lazily: only a batch with a bar needs it
             self._bar = tqdm(total=0, unit="case", desc="batch (cluster)", dynamic_ncols=True)
@@ -327,6 +343,7 @@ class CaseFarm:
             self._bar.close()
             self._bar = None
         self._prepared.clear()
+        self._loaded.clear()
         if self._own_client:
             self.client.close()
         if self._cluster is not None:
