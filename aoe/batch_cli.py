@@ -97,5 +97,6 @@ def main(argv: list[str]) -> int:
     say(f"batch: {n_ok} of {len(results)} models tuned successfully; {st['cases_distinct']} "
         f"distinct cases sent of {st['cases_total']} (bank hits {st['bank_hits']})"
         + (f"; {st['subgraphs_distinct']} distinct subgraphs sent of {st['subgraphs_total']} (bank hits "
-           f"{st['subgraph_hits']})" if st["subgraphs_total"] else ""))
+           f"{st['subgraph_hits']})" if st["subgraphs_total"] else "")
+        + (f"; {st['groups']} tasks, {st['worker_cpu_s']:.2f} CPU s in the workers' tasks" if st["groups"] else ""))
     return 0 if n_ok == len(results) == len(lines) else 1

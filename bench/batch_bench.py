@@ -17,7 +17,9 @@ process per core, as aoe/batch/README.md recommends.
 Figures per configuration: `wall_s` of the client command; `cpu_s` of every process of the tree over
 the batch (`client` = the `aoe batch` process, `scheduler`, `workers` = each worker and its nanny, from
 /proc just before and after the batch; start-up of scheduler and workers excluded, reported apart as
-`startup_s`); `cases_sent`, `subgraphs_sent` (from the command's summary line); `cases_per_s` = (cases + subgraphs sent) / wall; `scheduler_share` = scheduler CPU /
+`startup_s`); `tasks`, `task_cpu_s` (CPU the tasks themselves spent, as the workers report it: the
+rest of `workers` is the Dask worker's own), `cases_sent`, `subgraphs_sent` (from the command's summary
+line); `cases_per_s` = (cases + subgraphs sent) / wall; `scheduler_share` = scheduler CPU /
 worker CPU (goal <= 5%); `worker_peak_rss_mb` (VmHWM of each worker process); `banks_equal`
 (byte-identical operator and subgraph banks) and `figures_equal` (every result file's OPAT/SGAT
 objects) against `serial`. `speedup_2_over_1` = wall of 1 worker / wall of 2 workers (goal >= 1.8 on a
@@ -243,12 +245,15 @@ def _cluster(tmp: Path, list_file: Path, budget: int, env: dict[str, str], n: in
     m = re.search(r"(\d+) distinct cases sent of (\d+) \(bank hits (\d+)\)"
                   r"(?:; (\d+) distinct subgraphs sent of (\d+))?", r.stderr)
     cases, subgraphs = (int(m.group(1)), int(m.group(4) or 0)) if m else (0, 0)
+    t = re.search(r"(\d+) tasks, ([\d.]+) CPU s in the workers' tasks", r.stderr)
+    tasks, task_cpu = (int(t.group(1)), float(t.group(2))) if t else (0, 0.0)
     worker_cpu = sum(b - a for a, b in zip(w0, w1))
     sched_cpu = s1 - s0
     return {"wall_s": round(wall, 2), "startup_s": round(startup, 2),
             "cpu_s": {"client": round(client, 2), "scheduler": round(sched_cpu, 2),
                       "workers": [round(b - a, 2) for a, b in zip(w0, w1)],
                       "total": round(client + sched_cpu + worker_cpu, 2)},
+            "tasks": tasks, "task_cpu_s": round(task_cpu, 2),
             "cases_sent": cases, "subgraphs_sent": subgraphs,
             "cases_per_s": round((cases + subgraphs) / wall, 1),
             "scheduler_share": round(sched_cpu / max(1e-9, worker_cpu), 4),
