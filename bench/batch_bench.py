@@ -274,7 +274,7 @@ def _vector_flags() -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print its JSON object."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--budget", type=int, default=4000, help="evaluations per operator case (AOE_SEARCH_BUDGET)")
+    ap.add_argument("--budget", type=int, default=20000, help="evaluations per operator case (AOE_SEARCH_BUDGET)")
     ap.add_argument("--builtin", action="store_true", help="consult the built-in bank (default: set aside)")
     ap.add_argument("--workers", default="1,2", help="worker counts to run, comma-separated")
     ap.add_argument("--small", action="store_true", help="4 lines instead of the full list (a quick check)")
