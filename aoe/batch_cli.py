@@ -1,10 +1,11 @@
-"""`aoe batch LIST_FILE --scheduler ADDR`: tune a list of models with their operator cases on a Dask cluster.
+"""`aoe batch LIST_FILE --scheduler ADDR`: tune a list of models with their operator cases and subgraph
+searches on a Dask cluster.
 
 The entrance of `aoe.batch` (it sits beside `aoe/cli.py` because it drives the job package, which in
 turn uses `aoe.batch`). Lines run in file order; consecutive lines with the same job type, SoC and
 training flag form one `aoe.tune_models` call (one result file, one report key per model). Before the
-first line runs, every OPAT line's bank misses are sent to the cluster, so the workers are busy with
-the whole batch while the client writes results in order.
+first line runs, every line's bank misses (OPAT cases, SGAT subgraphs) are sent to the cluster, so the
+workers are busy with the whole batch while the client writes results in order.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import sys
 from itertools import groupby
 from typing import Any
 
-from .batch import CaseFarm, open_batch
+from .batch import CaseFarm, TlsFiles, open_batch
 from .batch.listfile import load_list
 from .safetext import safe_text
 from .job.api import TuneOptions, tune_models
@@ -39,7 +40,14 @@ def _parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("list_file", help="the models, one per line")
     p.add_argument("--scheduler", default="local:2",
-                   help="Dask scheduler address (tcp://host:8786) or local:N (default local:2)")
+                   help="Dask scheduler address (tls://host:8786, tcp://host:8786) or local:N: a TLS cluster "
+                        "on this machine (default local:2)")
+    p.add_argument("--tls_ca_file", default=None, help="tls:// scheduler: the CA certificate (PEM); default "
+                   "Dask's config distributed.comm.tls.ca-file")
+    p.add_argument("--tls_cert", default=None, help="tls:// scheduler: this client's certificate (PEM); "
+                   "default distributed.comm.tls.client.cert")
+    p.add_argument("--tls_key", default=None, help="tls:// scheduler: this client's private key (PEM); "
+                   "default distributed.comm.tls.client.key")
     p.add_argument("--work_path", default=None, help="where result files go (default as for aoe)")
     p.add_argument("--tune_bank_path", default=None, help="the bank root (overrides TUNE_BANK_PATH)")
     p.add_argument("--reload", action="store_true", help="continue an interrupted batch")
@@ -60,16 +68,15 @@ def main(argv: list[str]) -> int:
                        progress=args.progress_bar == "on", verbose=True)
     say = (lambda s: print(safe_text(s, keep_newlines=True), file=sys.stderr, flush=True))
     results: list[Any] = []
-    with CaseFarm(args.scheduler, progress=opts.progress, out=say) as farm:
-        with open_batch(farm):  # prefetch every OPAT line before the first one runs
+    tls = TlsFiles(args.tls_ca_file, args.tls_cert, args.tls_key)
+    with CaseFarm(args.scheduler, progress=opts.progress, out=say, tls=tls) as farm:
+        with open_batch(farm):  # prefetch every line before the first one runs
             for line in lines:
-                if line.mode != 2:
-                    continue
-                settings = settings_from_env(env, soc=line.soc, mode=2, work_path=args.work_path,
+                settings = settings_from_env(env, soc=line.soc, mode=line.mode, work_path=args.work_path,
                                              budget=args.search_budget, progress=False, lock=False)
-                spec = JobSpec(mode=2, model=line.model, input_shape=line.input_shape, training=line.training,
-                               soc=line.soc)
-                farm.prefetch_specs([spec], settings, load_graph)
+                spec = JobSpec(mode=line.mode, model=line.model, input_shape=line.input_shape,
+                               training=line.training, soc=line.soc)
+                farm.prefetch_specs([spec], settings, load_graph, keep=True)
             farm.flush()
             for (mode, soc, training), run in groupby(lines, key=lambda x: (x.mode, x.soc, x.training)):
                 run = list(run)
@@ -86,6 +93,10 @@ def main(argv: list[str]) -> int:
                 if any(r.signal is not None for r in rs):
                     return 128 + next(r.signal for r in rs if r.signal is not None)
     n_ok = sum(r.status == SUCCESS for r in results)
-    say(f"batch: {n_ok} of {len(results)} models tuned successfully; {farm.stats['cases_distinct']} "
-        f"distinct cases sent of {farm.stats['cases_total']} (bank hits {farm.stats['bank_hits']})")
+    st = farm.stats
+    say(f"batch: {n_ok} of {len(results)} models tuned successfully; {st['cases_distinct']} "
+        f"distinct cases sent of {st['cases_total']} (bank hits {st['bank_hits']})"
+        + (f"; {st['subgraphs_distinct']} distinct subgraphs sent of {st['subgraphs_total']} (bank hits "
+           f"{st['subgraph_hits']})" if st["subgraphs_total"] else "")
+        + (f"; {st['groups']} tasks, {st['worker_cpu_s']:.2f} CPU s in the workers' tasks" if st["groups"] else ""))
     return 0 if n_ok == len(results) == len(lines) else 1

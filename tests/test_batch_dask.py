@@ -1,18 +1,25 @@
-"""Batch tuning on a Dask LocalCluster (2 worker processes, 127.0.0.1): the same banks and result
-figures as the serial run, also when a worker process is killed mid-batch; the list file; the CLI."""
+"""Batch tuning on Dask: a scheduler and two workers started from Dask's own command line on 127.0.0.1
+(random ports, bounded lifetimes, always stopped) give the same banks and result figures as the serial
+run, for OPAT and SGAT, also when a worker process is killed mid-batch; `local:N` over TLS refuses other
+clients; a tls:// scheduler with certificate files; the list file; the CLI."""
 from __future__ import annotations
 
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 import aoe
-from aoe.batch import CaseFarm, parse_list
+from aoe.batch import CaseFarm, ClusterWarning, TlsFiles, parse_list
 from aoe.errors import AoeError
 from conftest import import_extra
 
@@ -21,6 +28,7 @@ distributed = import_extra("dask", "distributed")
 
 MODELS = ["zoo:mobilenet_v2", "zoo:resnet50", "zoo:bert_base"]
 BUDGET = 150
+LIFETIME = "20 minutes"   # a worker or scheduler left behind by a killed test run stops by itself
 
 
 def _opts(**kw):
@@ -37,12 +45,78 @@ def _run(tmp: Path, cluster=None):
 
 def _banks(tmp: Path) -> dict[str, bytes]:
     root = tmp / "bank"
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*_runtime_kb.json"))}
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*.json")) if p.is_file()}
 
 
 def _figures(rs) -> list:
-    # the result file's OPAT objects (the product's figures), per model
+    # the result file's OPAT/SGAT objects (the product's figures), per model
     return [json.loads(json.dumps(r.section)) for r in rs]
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM each process group (a worker's nanny and its worker), SIGKILL what is still there after 15 s."""
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.time() + 15
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait(timeout=15)
+
+
+@contextmanager
+def dask_cli(tmp: Path, workers: int = 2, tls: tuple[str, ...] = ()) -> Iterator[str]:
+    """`dask scheduler` and `workers` x `dask worker` (one single-threaded process each, with its nanny) on
+    127.0.0.1, as a team starts them; yields the scheduler address. Ports are chosen by the OS (port 0,
+    the address read from the scheduler file); the processes run outside the source tree (cwd `tmp`) so
+    they import the installed aoe, end by themselves (idle timeout, lifetime), and are always stopped."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    sfile = tmp / "scheduler.json"
+    procs: list[subprocess.Popen] = []
+    logs = []
+
+    def start(args: list[str], name: str) -> None:
+        log = open(tmp / f"{name}.log", "wb")
+        logs.append(log)
+        procs.append(subprocess.Popen([sys.executable, "-m", "dask", *args], cwd=tmp, stdout=log,
+                                      stderr=subprocess.STDOUT, start_new_session=True))
+
+    proto = ["--protocol", "tls", *tls] if tls else []
+    try:
+        start(["scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard", "--scheduler-file",
+               str(sfile), "--idle-timeout", LIFETIME, *proto], "scheduler")
+        deadline = time.time() + 120
+        while not sfile.exists() and time.time() < deadline and procs[0].poll() is None:
+            time.sleep(0.1)
+        assert sfile.exists(), (tmp / "scheduler.log").read_text()[-2000:]
+        time.sleep(0.2)  # the file is written in one go, but let a slow writer finish
+        address = json.loads(sfile.read_text())["address"]
+        for i in range(workers):
+            start(["worker", address, "--host", "127.0.0.1", "--nthreads", "1", "--nworkers", "1",
+                   "--no-dashboard", "--lifetime", LIFETIME, "--name", f"w{i}", *tls], f"worker{i}")
+        yield address
+    finally:
+        _stop(procs)
+        for log in logs:
+            log.close()
+
+
+@pytest.fixture(scope="module")
+def scheduler(tmp_path_factory) -> Iterator[str]:
+    """The address of a `dask scheduler` with two `dask worker` processes (plain tcp:// on 127.0.0.1)."""
+    with dask_cli(tmp_path_factory.mktemp("dask")) as address:
+        with distributed.Client(address, timeout="60s") as c:
+            c.wait_for_workers(2, timeout=180)
+        yield address
 
 
 @pytest.fixture(scope="module")
@@ -52,18 +126,15 @@ def serial(tmp_path_factory):
     return _banks(tmp), _figures(rs)
 
 
-@pytest.fixture(scope="module")
-def client():
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                       dashboard_address=None)
-    c = distributed.Client(cluster)
-    yield c
-    c.close()
-    cluster.close()
-
-
-def test_cluster_batch_equals_the_serial_run(serial, client, tmp_path):
-    rs = _run(tmp_path, client)
+@pytest.mark.timeout(900)
+def test_cluster_batch_equals_the_serial_run(serial, scheduler, tmp_path):
+    """aoe.tune_models(..., cluster="tcp://...") against `dask scheduler` / `dask worker` processes."""
+    assert scheduler.startswith("tcp://127.0.0.1:")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rs = _run(tmp_path, scheduler)
+    plain = [w for w in caught if issubclass(w.category, ClusterWarning)]
+    assert len(plain) == 1 and "neither encrypted nor authenticated" in str(plain[0].message)
     assert [r.status for r in rs] == ["tuning successful"] * 3
     banks, figures = serial
     assert banks and _banks(tmp_path) == banks  # byte for byte, after the batch's compaction
@@ -73,17 +144,19 @@ def test_cluster_batch_equals_the_serial_run(serial, client, tmp_path):
     assert len(json.loads(files[0].read_text())) == 3
 
 
-def test_a_killed_worker_loses_nothing(serial, client, tmp_path):
-    farm = CaseFarm(client)
+@pytest.mark.timeout(900)
+def test_a_killed_worker_loses_nothing(serial, scheduler, tmp_path):
+    with pytest.warns(ClusterWarning):
+        farm = CaseFarm(scheduler)
     killed = {}
 
     def killer():
-        deadline = time.time() + 120
+        deadline = time.time() + 300
         while time.time() < deadline:  # once the first group is back and others are still running
             if farm.stats["groups"] and farm.stats["worker_cpu_s"] > 0 and farm._group_keys:
-                pids = client.run(os.getpid)
+                pids = farm.client.run(os.getpid)
                 addr, pid = sorted(pids.items())[0]
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)  # the worker process; its nanny starts a new one
                 killed["pid"] = pid
                 return
             time.sleep(0.05)
@@ -91,7 +164,10 @@ def test_a_killed_worker_loses_nothing(serial, client, tmp_path):
     t = threading.Thread(target=killer)
     t.start()
     try:
-        rs = _run(tmp_path, farm)
+        with farm:
+            rs = _run(tmp_path, farm)
+            # the nanny restarted the worker: the cluster has its two workers again
+            farm.client.wait_for_workers(2, timeout=120)
     finally:
         t.join()
     assert killed, "the batch ended before a worker could be killed"
@@ -99,8 +175,74 @@ def test_a_killed_worker_loses_nothing(serial, client, tmp_path):
     banks, figures = serial
     assert _banks(tmp_path) == banks
     assert _figures(rs) == figures
-    # the nanny restarted the worker: the cluster has its two workers again
-    client.wait_for_workers(2, timeout=60)
+
+
+def _sgat(tmp: Path, models: list, cluster=None):
+    (tmp / "bank").mkdir(parents=True)
+    (tmp / "work").mkdir()
+    return aoe.tune_models(models, "subgraph", "Ascend910A", bank=tmp / "bank", work_path=tmp / "work", env={},
+                           names=["a", "b", "c"], options=aoe.TuneOptions(lock=False, builtin=False),
+                           cluster=cluster)
+
+
+@pytest.mark.timeout(900)
+def test_sgat_on_the_cluster_equals_the_serial_run(scheduler, tmp_path):
+    """Subgraph searches run on the workers, de-duplicated across models (the third model is the first
+    one again, as a graph object); the client writes the subgraph bank; banks and figures are serial's."""
+    import aoe.graph
+
+    models = ["zoo:mobilenet_v2", "zoo:bert_base", aoe.graph.load("zoo:mobilenet_v2")]
+    rs_serial = _sgat(tmp_path / "serial", models)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ClusterWarning)
+        with CaseFarm(scheduler) as farm:
+            rs = _sgat(tmp_path / "cluster", models, farm)
+            st = dict(farm.stats)
+    assert [r.status for r in rs] == ["tuning successful"] * 3
+    assert st["cases_total"] == 0 and st["subgraph_hits"] == 0
+    n1 = len(rs[0].report.records)  # mobilenet_v2's distinct subgraphs, all tuned (an empty bank)
+    n2 = len(rs[1].report.records)
+    assert st["subgraphs_total"] == 2 * n1 + n2 and st["subgraphs_distinct"] == st["sent"] == n1 + n2
+    assert st["worker_cpu_s"] > 0 and 0 < st["groups"] <= st["sent"]
+    serial_banks = _banks(tmp_path / "serial")
+    assert "subgraph.json" in serial_banks and _banks(tmp_path / "cluster") == serial_banks
+    assert _figures(rs) == _figures(rs_serial)
+    # the third model found every subgraph in the bank the first one wrote, as in the serial run
+    assert rs[2].section == rs_serial[2].section
+
+
+@pytest.mark.timeout(300)
+def test_local_cluster_speaks_tls_and_refuses_other_clients():
+    """`local:N`: scheduler and workers on a temporary CA only this client holds; a plain-tcp client and a
+    client with another CA's certificate are refused, by the scheduler and by the workers."""
+    from distributed.security import Security
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ClusterWarning)  # no warning: this cluster is not plain tcp
+        farm = CaseFarm("local:1")
+    with farm:
+        assert farm.address.startswith("tls://127.0.0.1:")
+        workers = list(farm.client.scheduler_info()["workers"])
+        assert workers and all(w.startswith("tls://127.0.0.1:") for w in workers)
+        stranger = Security.temporary()
+        for addr in (farm.address, workers[0]):
+            with pytest.raises(OSError):  # distributed's CommClosedError: connection reset
+                distributed.Client(addr.replace("tls://", "tcp://"), timeout="10s")
+        with pytest.raises(OSError, match="TLS certificate does not match"):
+            distributed.Client(farm.address, security=stranger, timeout="10s")
+        # the cluster's own client still works
+        assert farm.client.submit(sum, [1, 2], pure=False).result(timeout=60) == 3
+
+
+def test_a_tls_scheduler_needs_certificates(tmp_path):
+    """tls:// without certificate files or Dask config, missing files, or files with tcp:// are input errors."""
+    with pytest.raises(AoeError, match="tls_ca_file"):
+        CaseFarm("tls://127.0.0.1:1")
+    with pytest.raises(AoeError, match="does not exist"):
+        CaseFarm("tls://127.0.0.1:1", tls=TlsFiles(str(tmp_path / "ca.pem"), str(tmp_path / "c.pem")))
+    (tmp_path / "ca.pem").write_text("x")
+    with pytest.raises(AoeError, match="not tls://"):
+        CaseFarm("tcp://127.0.0.1:1", tls=TlsFiles(str(tmp_path / "ca.pem")))
 
 
 def test_list_file_lines_and_errors():
@@ -133,9 +275,6 @@ if __name__ == "__main__":
 
 
 def test_an_interrupted_client_continues_with_reload(serial, tmp_path):
-    import subprocess
-    import sys
-
     (tmp_path / "bank").mkdir()
     (tmp_path / "work").mkdir()
     script = tmp_path / "client.py"
@@ -161,12 +300,9 @@ def test_an_interrupted_client_continues_with_reload(serial, tmp_path):
 def test_workers_without_a_working_aoe_are_refused_with_a_clear_error():
     """A worker that cannot import aoe's simulator (aoe missing, or an unbuilt source tree on its path) is
     found by a probe when the farm connects: an input error, never a batch that waits forever."""
-    import subprocess
-    import sys
-
     import cloudpickle
 
-    from aoe.batch.farm import _worker_probe, check_workers
+    from aoe.batch.connect import _worker_probe, check_workers
 
     probe = _worker_probe()
     assert probe() == f"ok {aoe.__version__}"
@@ -186,21 +322,20 @@ def test_workers_without_a_working_aoe_are_refused_with_a_clear_error():
         check_workers(Client())
 
 
-def test_the_batch_command_end_to_end(tmp_path, job_env):
-    """`aoe batch LIST --scheduler local:1`: an OPAT line and an SGAT line, their result files and banks;
-    run again, every operator case is a bank hit and nothing is sent to the cluster."""
-    import subprocess
-    import sys
-
+@pytest.mark.timeout(900)
+def test_the_batch_command_end_to_end(scheduler, tmp_path, job_env):
+    """`aoe batch LIST --scheduler tcp://127.0.0.1:PORT` (the `dask scheduler` process, one warning), then
+    the same list on `local:1` (TLS, no warning): an OPAT line and an SGAT line, their result files and
+    banks; in the second run every operator case is a bank hit and nothing is sent to the cluster."""
     from conftest import tiny_onnx
 
     tiny_onnx(tmp_path / "tiny.onnx")
     (tmp_path / "models.txt").write_text("# two jobs\ntiny.onnx\n"
                                          "zoo:mobilenet_v2 --job_type 1 --soc_version Ascend910A\n")
-    argv = [sys.executable, "-m", "aoe.cli", "batch", "models.txt", "--scheduler", "local:1", "--work_path", "work",
-            "--progress_bar", "off", "--search_budget", "300"]
-    runs = [subprocess.run(argv, cwd=tmp_path, env=job_env, capture_output=True, text=True, timeout=300)
-            for _ in range(2)]
+    argv = [sys.executable, "-m", "aoe.cli", "batch", "models.txt", "--work_path", "work",
+            "--progress_bar", "off", "--search_budget", "300", "--scheduler"]
+    runs = [subprocess.run(argv + [where], cwd=tmp_path, env=job_env, capture_output=True, text=True, timeout=400)
+            for where in (scheduler, "local:1")]
     for r in runs:
         assert r.returncode == 0, r.stderr[-2000:]
         assert "batch: 2 of 2 models tuned successfully" in r.stderr
@@ -208,6 +343,10 @@ def test_the_batch_command_end_to_end(tmp_path, job_env):
         assert "batch: tiny (OPAT, Ascend910B2): tuning successful; cases " in r.stderr, r.stderr[-2000:]
         assert "batch: mobilenet_v2 (SGAT, Ascend910A): tuning successful" in r.stderr
         assert "operator cases tuned on the Dask cluster's workers" in r.stdout, r.stdout[-2000:]
+        assert "distinct subgraphs sent of" in r.stderr
+    assert runs[0].stderr.count("aoe: warning: the Dask scheduler at tcp://127.0.0.1:") == 1
+    assert f"Dask: 2 worker(s) at {scheduler}" in runs[0].stderr
+    assert "aoe: warning" not in runs[1].stderr and "Dask: 1 worker(s) at tls://127.0.0.1:" in runs[1].stderr
     work = tmp_path / "work"
     opat_files = sorted(work.glob("aoe_result_opat_*.json"))
     assert len(opat_files) == 2 and len(list(work.glob("aoe_result_sgat_*.json"))) == 2
@@ -218,7 +357,37 @@ def test_the_batch_command_end_to_end(tmp_path, job_env):
     assert list((tmp_path / "bank" / "Ascend910B2").rglob("*_runtime_kb.json"))
 
 
-def test_prefetch_looks_up_the_banks_the_job_will(client, tmp_path):
+@pytest.mark.timeout(600)
+def test_a_tls_scheduler_from_the_command_line(tmp_path, job_env):
+    """`dask scheduler --protocol tls` and a `dask worker` with certificate files; `aoe batch --scheduler
+    tls://... --tls_ca_file --tls_cert --tls_key` tunes on them without a warning; without the files the
+    command says what to give (exit 2)."""
+    from distributed.security import Security
+
+    from conftest import tiny_onnx
+
+    sec = Security.temporary()  # a CA and one certificate for all parties, written out as a team would
+    pems = {"ca.pem": sec.tls_ca_file, "cert.pem": sec.tls_scheduler_cert, "key.pem": sec.tls_scheduler_key}
+    for name, text in pems.items():
+        (tmp_path / name).write_text(text)
+    files = [str(tmp_path / n) for n in pems]
+    tls = ("--tls-ca-file", files[0], "--tls-cert", files[1], "--tls-key", files[2])
+    tiny_onnx(tmp_path / "tiny.onnx")
+    (tmp_path / "models.txt").write_text("tiny.onnx\n")
+    with dask_cli(tmp_path / "dask", workers=1, tls=tls) as address:
+        assert address.startswith("tls://127.0.0.1:")
+        argv = [sys.executable, "-m", "aoe.cli", "batch", "models.txt", "--work_path", "work", "--progress_bar",
+                "off", "--search_budget", "300", "--scheduler", address]
+        bare = subprocess.run(argv, cwd=tmp_path, env=job_env, capture_output=True, text=True, timeout=300)
+        r = subprocess.run(argv + ["--tls_ca_file", files[0], "--tls_cert", files[1], "--tls_key", files[2]],
+                           cwd=tmp_path, env=job_env, capture_output=True, text=True, timeout=300)
+    assert bare.returncode == 2 and "--tls_ca_file" in bare.stderr and "Traceback" not in bare.stderr
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "batch: 1 of 1 models tuned successfully" in r.stderr and "aoe: warning" not in r.stderr
+    assert f"Dask: 1 worker(s) at {address}" in r.stderr
+
+
+def test_prefetch_looks_up_the_banks_the_job_will(scheduler, tmp_path):
     """With the built-in bank set aside, no case counts as a hit before it is sent (they were all held
     back as hits, then sent one task each when OPAT asked for them)."""
     import aoe.graph
@@ -226,12 +395,14 @@ def test_prefetch_looks_up_the_banks_the_job_will(client, tmp_path):
 
     g = aoe.graph.load("zoo:mobilenet_v2")
     (tmp_path / "bank").mkdir()
-    for builtin in (False, True):
-        farm = CaseFarm(client)
-        settings = settings_from_env({}, soc="Ascend910B2", mode=2, bank=tmp_path / "bank", builtin=builtin,
-                                     lock=False)
-        queued = farm.prefetch(g, "Ascend910B2", settings)
-        if builtin:
-            assert farm.stats["bank_hits"] > 0 and queued < farm.stats["cases_total"]
-        else:
-            assert farm.stats["bank_hits"] == 0 and queued == farm.stats["cases_total"] > 0
+    with distributed.Client(scheduler, timeout="60s") as client:
+        for builtin in (False, True):
+            with pytest.warns(ClusterWarning):  # a Client on a plain tcp:// scheduler is warned about too
+                farm = CaseFarm(client)
+            settings = settings_from_env({}, soc="Ascend910B2", mode=2, bank=tmp_path / "bank", builtin=builtin,
+                                         lock=False)
+            queued = farm.prefetch(g, "Ascend910B2", settings)
+            if builtin:
+                assert farm.stats["bank_hits"] > 0 and queued < farm.stats["cases_total"]
+            else:
+                assert farm.stats["bank_hits"] == 0 and queued == farm.stats["cases_total"] > 0

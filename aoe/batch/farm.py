@@ -1,23 +1,29 @@
-"""The case farm: operator cases tuned on a Dask cluster, results handed back to the one client.
+"""The case farm: operator cases and subgraph searches run on a Dask cluster, results handed back to the
+one client.
 
-`CaseFarm(cluster)` connects to a `dask.distributed.Client`, a scheduler address (`tcp://host:8786`)
-or `"local:N"` (a `LocalCluster` of N single-threaded worker processes on 127.0.0.1). `prefetch`
-walks a graph as OPAT does (describe every operator, de-duplicate by case), resolves bank hits on the
-client and queues the misses; `flush` sends them in groups. `executor` is what
-`aoe.opat.graph_tune.case_executor` takes: OPAT's own loop then runs unchanged on the client (bank
-lookups, decisions, bank writes, result files) and takes each tuned result from the farm instead of
-a local process pool, in submission order — so the outcome is the serial run's.
+`CaseFarm(cluster)` connects (`connect.py`) to a `dask.distributed.Client`, a scheduler address
+(`tls://host:8786`, `tcp://...`) or `"local:N"` (a TLS `LocalCluster` of N single-threaded worker
+processes on 127.0.0.1). `prefetch` walks a graph as OPAT does (describe every operator, de-duplicate by
+case), resolves bank hits on the client and queues the misses; `prefetch_subgraphs` does the same for
+SGAT (partition and price the graph, look each distinct subgraph up in the subgraph banks); `flush`
+sends them in groups. `executor` is what `aoe.opat.graph_tune.case_executor` takes, `subgraphs` what
+`aoe.sgat.tune.subgraph_executor` takes: the tuners' own loops then run unchanged on the client (bank
+lookups, decisions, bank writes, result files) and take each tuned result from the farm instead of
+computing it, in submission order — so the outcome is the serial run's.
 
-Workers need only the aoe package: a task carries the `OpCase` and the SoC by value (its native
-simulator twin is rebuilt in the worker) and returns the `TuneResult`; no bank, no file, no shared
-filesystem. A worker that dies mid-task is replaced and its task rerun by Dask (tasks are pure).
+Workers need only the aoe package: an operator task carries the `OpCase` and the SoC by value (its
+native simulator twin is rebuilt in the worker) and returns the `TuneResult`; a subgraph task carries
+the region's cost arrays (`RegionData`, the SoC's figures included) and returns the chosen plan and its
+time (`SearchResult`). No bank, no file, no shared filesystem. A worker that dies mid-task is replaced
+and its task rerun by Dask (tasks are pure).
 """
 from __future__ import annotations
 
 import dataclasses
-import logging
+import hashlib
 import math
 import os
+import sys
 import threading
 import time
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -30,11 +36,13 @@ from ..opat.graph_tune import tune_job
 from ..opat.search import Budget
 from ..opat.tune import KINDS
 from ..soc import Soc, load_soc
+from .connect import TlsFiles, check_workers, connect
 
 Job = tuple[Any, Soc, tuple[str, ...], Budget, str, int, int]  # what graph_tune hands its pool
+SubgraphJob = tuple[Any, str]  # (RegionData, search method): what aoe.sgat.search takes
 
-EXTRA_HINT = "batch tuning on a cluster needs Dask: pip install 'aoe[dask]' (dask[distributed])"
 GROUPS_PER_WORKER = 4  # enough groups to balance the load, few enough that per-task overhead stays small
+MIN_GROUP = 4          # a partial flush waits for at least this many jobs per group
 
 
 def job_key(job: Job) -> tuple[Any, ...]:
@@ -43,103 +51,106 @@ def job_key(job: Job) -> tuple[Any, ...]:
     return (soc.name, soc.cube_cores, case.case_id, tuple(kinds), repr(budget), implmode, seed, threads)
 
 
+def subgraph_key(soc: Soc, repo_key: str, rd: Any, method: str) -> tuple[Any, ...]:
+    """The identity of one subgraph search: the SoC, the subgraph's bank key, the method and the bytes of
+    its cost arrays (the search sees only those, so equal keys give equal plans)."""
+    h = hashlib.sha256()
+    for f in dataclasses.fields(rd):
+        v = getattr(rd, f.name)
+        h.update(f"{f.name}:{getattr(v, 'dtype', '')}:{getattr(v, 'shape', v)};".encode())
+        if hasattr(v, "tobytes"):
+            h.update(v.tobytes())
+    return ("sgat", soc.name, soc.cube_cores, repo_key, method, h.hexdigest())
+
+
+def _fingerprint(graph: Any) -> str:
+    """sha256 of the graph's JSON form (as the job's resume identity)."""
+    return hashlib.sha256(graph.to_json().encode("utf-8")).hexdigest()
+
+
+_malloc_lock = threading.Lock()
+_malloc_done = False
+
+
+def _worker_malloc() -> None:
+    """Once per worker process: give glibc back adaptive-sized thresholds for large allocations.
+
+    Dask's nanny starts every worker with MALLOC_TRIM_THRESHOLD_=65536 (config
+    `distributed.nanny.pre-spawn-environ`, to hand memory back to the OS). Setting it turns glibc's
+    dynamic mmap threshold off, so each of the simulator's batch arrays over 128 KiB is mmapped and
+    unmapped anew and page-faults on every use: measured 1.55x the CPU of the same cases tuned in a plain
+    process. Here the mmap threshold becomes 32 MiB and the trim threshold 64 MiB (mallopt), which
+    costs a worker at most 64 MiB of freed memory kept for reuse. Nothing is changed elsewhere (no
+    such variable, no glibc)."""
+    global _malloc_done
+    with _malloc_lock:
+        if _malloc_done:
+            return
+        _malloc_done = True
+        if "MALLOC_TRIM_THRESHOLD_" not in os.environ or not sys.platform.startswith("linux"):
+            return
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL("libc.so.6")
+            libc.mallopt(-3, 32 << 20)   # M_MMAP_THRESHOLD
+            libc.mallopt(-1, 64 << 20)   # M_TRIM_THRESHOLD
+        except (OSError, AttributeError):
+            pass  # not glibc: nothing to undo
+
+
 def run_group(jobs: Sequence[Job]) -> tuple[list[Any], float]:
     """Worker side: tune a group of cases; (results in order, CPU seconds spent)."""
+    _worker_malloc()
     c0 = time.process_time()
     out = [tune_job(j) for j in jobs]
     return out, time.process_time() - c0
 
 
-def _worker_probe() -> Callable[[], str]:
-    """A function that reports what a worker imports as aoe: its version, or why the simulator is missing.
+def run_subgraph_group(jobs: Sequence[SubgraphJob]) -> tuple[list[Any], float]:
+    """Worker side: search a group of subgraphs; (SearchResults in order, CPU seconds spent, Numba's
+    threads included)."""
+    from ..sgat.search import search  # lazily: a worker that only tunes operators never loads Numba
 
-    Made inside a function so that Dask pickles it by value: a worker whose aoe is missing or broken can
-    still run it (a function of this module would make the worker import aoe just to unpickle the probe,
-    and a worker that fails to unpickle drops its connection instead of reporting an error)."""
-    def probe() -> str:
-        import importlib
-
-        try:
-            importlib.import_module("aoe._sim")
-            return "ok " + str(importlib.import_module("aoe").__version__)
-        except Exception as exc:  # noqa: BLE001 - reported to the client, which raises AoeError
-            return f"{type(exc).__name__}: {exc}"
-    return probe
-
-
-def check_workers(client: Any) -> None:
-    """AoeError unless every worker imports the same aoe as this process, with its compiled simulator."""
-    from .. import __version__
-
-    try:
-        answers = client.run(_worker_probe())
-    except Exception as exc:  # noqa: BLE001 - a cluster we cannot even probe is a setup error
-        raise AoeError(f"cannot run a probe on the Dask workers ({type(exc).__name__}: {exc}); {EXTRA_HINT} "
-                       f"and install this aoe on every worker") from None
-    bad = {addr: a for addr, a in sorted(answers.items()) if a != f"ok {__version__}"}
-    if bad:
-        addr, why = next(iter(bad.items()))
-        raise AoeError(f"{len(bad)} of {len(answers)} Dask worker(s) cannot run aoe {__version__} (e.g. {addr}: "
-                       f"{why}); install the same aoe on every worker (pip install 'aoe[dask]'), and start "
-                       f"the workers outside an aoe source checkout")
-
-
-def _connect(cluster: Any) -> tuple[Any, Any, bool]:
-    """(client, cluster we started or None, whether we own the client)."""
-    try:
-        import distributed
-    except ImportError:
-        raise AoeError(EXTRA_HINT) from None
-    if isinstance(cluster, distributed.Client):
-        return cluster, None, False
-    if not isinstance(cluster, str) or not cluster.strip():
-        raise AoeError(f"cluster must be a dask.distributed.Client, a scheduler address such as "
-                       f"tcp://host:8786, or 'local:N'; got {cluster!r}")
-    text = cluster.strip()
-    if text.startswith("local:"):
-        try:
-            n = int(text[6:])
-        except ValueError:
-            n = 0
-        if not 1 <= n <= 256:
-            raise AoeError(f"'local:N' needs N worker processes between 1 and 256, got {text!r}")
-        lc = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
-        return distributed.Client(lc), lc, True
-    try:
-        return distributed.Client(text, timeout="30s"), None, True
-    except (OSError, TimeoutError) as exc:
-        raise AoeError(f"cannot reach the Dask scheduler at {text}: {exc}; start it with `dask scheduler` "
-                       f"and check the address") from None
+    _worker_malloc()
+    c0 = time.process_time()
+    out = [search(rd, method) for rd, method in jobs]
+    return out, time.process_time() - c0
 
 
 class CaseFarm:
-    """Distinct operator cases of a whole batch, tuned on a Dask cluster (see the module docstring)."""
+    """Distinct operator cases and subgraphs of a whole batch, tuned on a Dask cluster (module docstring)."""
 
-    def __init__(self, cluster: Any, *, progress: bool = False,
-                 out: Callable[[str], None] | None = None) -> None:
+    def __init__(self, cluster: Any, *, progress: bool = False, out: Callable[[str], None] | None = None,
+                 tls: TlsFiles | None = None) -> None:
         self._bar: Any = None
-        self.client, self._cluster, self._own_client = _connect(cluster)
+        self.client, self._cluster, self._own_client = connect(cluster, tls)
         try:
             check_workers(self.client)
         except AoeError:
             self.close()
             raise
         self._lock = threading.Lock()
-        self._queued: list[tuple[tuple[Any, ...], Job]] = []
+        self._queued: list[tuple[tuple[Any, ...], str, Any]] = []   # (key, "op" | "sg", job) to send
+        self._queued_keys: set[tuple[Any, ...]] = set()
         self._where: dict[tuple[Any, ...], tuple[Any, int]] = {}  # key -> (group future, index)
         self._done: dict[tuple[Any, ...], Any] = {}
         self._group_keys: dict[str, list[tuple[Any, ...]]] = {}  # group future key -> its job keys
         self._models: set[tuple[Any, ...]] = set()  # models already prefetched (counted once)
-        self.stats = {"cases_total": 0, "cases_distinct": 0, "bank_hits": 0, "sent": 0, "groups": 0,
-                      "worker_cpu_s": 0.0}
+        self._loaded: dict[tuple[Any, ...], Any] = {}  # model source -> the graph its prefetch loaded
+        # (graph fingerprint, SoC, cores) -> sgat Prepared: a job reloads its model from the file, so the
+        # graph it tunes is equal to, not the same object as, the one prefetched
+        self._prepared: dict[tuple[str, str, int], Any] = {}
+        self.stats = {"cases_total": 0, "cases_distinct": 0, "bank_hits": 0, "subgraphs_total": 0,
+                      "subgraphs_distinct": 0, "subgraph_hits": 0, "sent": 0, "groups": 0, "worker_cpu_s": 0.0}
         self._progress = progress
         self.bank_dirs: set[tuple[str, str, int]] = set()
         link = getattr(self.client, "dashboard_link", None)
         self.dashboard = link if link and self._dashboard_up() else None
+        self.address = str(self.client.scheduler.address)
         if out is not None:
             n = len(self.client.scheduler_info().get("workers", {}))
-            out(f"Dask: {n} worker(s) at {self.client.scheduler.address}"
+            out(f"Dask: {n} worker(s) at {self.address}"
                 + (f"; dashboard {self.dashboard}" if self.dashboard else ""))
 
     def _dashboard_up(self) -> bool:
@@ -149,6 +160,14 @@ class CaseFarm:
             return False
 
     # ---- client side: what to send ------------------------------------------------------------
+
+    def _queue(self, key: tuple[Any, ...], kind: str, job: Any) -> bool:
+        """Queue one job unless it is already queued, sent or done; True if queued."""
+        if key in self._where or key in self._done or key in self._queued_keys:
+            return False
+        self._queued.append((key, kind, job))
+        self._queued_keys.add(key)
+        return True
 
     def prefetch(self, graph: Any, soc: Soc | str, settings: Any) -> int:
         """Queue the bank misses of `graph` as OPAT will tune them (job settings: budget, repeat_tune,
@@ -176,7 +195,7 @@ class CaseFarm:
             self.stats["cases_total"] += 1
             job: Job = (case, plain, tuple(KINDS), budget, settings.implmode, 0, settings.te_parallel)
             key = job_key(job)
-            if key in self._where or key in self._done or any(k == key for k, _ in self._queued):
+            if key in self._where or key in self._done or key in self._queued_keys:
                 continue
             try:
                 hit = chain.lookup(case.op_type, case.key) is not None
@@ -185,49 +204,105 @@ class CaseFarm:
             if not should_tune(hit, settings.repeat_tune):
                 self.stats["bank_hits"] += 1
                 continue
-            self._queued.append((key, job))
-            queued += 1
+            queued += self._queue(key, "op", job)
         self.stats["cases_distinct"] += queued
         return queued
 
-    def prefetch_specs(self, specs: Sequence[Any], settings: Any,
-                       load: Callable[[Any], Any]) -> dict[int, Any]:
+    def prefetch_subgraphs(self, graph: Any, soc: Soc | str, settings: Any) -> int:
+        """Queue the subgraph searches SGAT will run on `graph` (job settings: repeat_tune, builtin,
+        subgraph_bank_dir): partition and price it once here (the job reuses that), look every distinct
+        subgraph up in the banks as SGAT will; returns the number of new distinct searches queued."""
+        from ..bank.subgraph import SubgraphBank
+        from ..sgat.tune import SgatConfig, builtin_subgraph_bank, check_soc, prepare
+
+        soc = load_soc(soc)
+        check_soc(soc)
+        prep = prepare(graph, soc)
+        with self._lock:
+            self._prepared[(_fingerprint(graph), soc.name, soc.cube_cores)] = prep
+        bank = SubgraphBank(settings.subgraph_bank_dir) if settings.subgraph_bank_dir is not None else None
+        builtin = builtin_subgraph_bank(soc) if bank is not None and settings.builtin else None
+        method = SgatConfig().method  # the job's: its settings choose no other
+        queued = 0
+        for case in prep.cases:
+            self.stats["subgraphs_total"] += 1
+            key = subgraph_key(soc, case.key, case.rd, method)
+            if key in self._where or key in self._done or key in self._queued_keys:
+                continue
+            try:
+                in_bank = any(b is not None and b.lookup(case.key) is not None for b in (bank, builtin))
+            except AoeError:
+                in_bank = False  # the job reads the bank again and reports what is wrong with it
+            if not should_tune(in_bank, settings.repeat_tune):
+                self.stats["subgraph_hits"] += 1
+                continue
+            queued += self._queue(key, "sg", (case.rd, method))
+        self.stats["subgraphs_distinct"] += queued
+        return queued
+
+    def prefetch_specs(self, specs: Sequence[Any], settings: Any, load: Callable[[Any], Any],
+                       keep: bool = False) -> dict[int, Any]:
         """Load each job's graph (`load(spec)`) and queue its misses; {index: graph} of those loaded.
 
-        A model that fails to load is left out (the job loop loads it again and reports the error);
-        SGAT jobs and tune_ops selections are not prefetched (SGAT runs on the client; a selection's
-        cases are sent when OPAT asks for them)."""
+        `keep`: the caller drops the graphs; the farm keeps each until a later prefetch_specs of the same
+        model file (e.g. tune_models on `aoe batch`'s farm) takes it for its job instead of loading again.
+
+        A model that fails to load (or an SGAT job on a SoC SGAT refuses) is left out: the job loop
+        loads it again and reports the error. tune_ops selections are not prefetched (their cases are
+        sent when the tuner asks for them)."""
         graphs: dict[int, Any] = {}
         for i, spec in enumerate(specs):
+            source = (spec.model, repr(spec.input_shape), spec.training, spec.compute_dtype, spec.framework)
             try:
-                graphs[i] = load(spec)
+                # a graph an earlier prefetch of this batch loaded from the same file is used (once) again
+                kept = self._loaded.pop(source, None) if spec.model is not None and spec.graph is None else None
+                graphs[i] = kept if kept is not None else load(spec)
             except AoeError:
                 continue
-            ident = (spec.model, spec.soc, repr(spec.input_shape), spec.training, spec.compute_dtype)
-            if spec.mode == 2 and spec.tune_ops is None and (spec.model is None or ident not in self._models):
-                self._models.add(ident)
+            ident = (spec.mode, spec.soc, *source)
+            if spec.tune_ops is not None or (spec.model is not None and ident in self._models):
+                continue
+            self._models.add(ident)
+            if keep and spec.model is not None and spec.graph is None:
+                self._loaded[source] = graphs[i]
+            if spec.mode == 2:
                 self.prefetch(graphs[i], spec.soc, settings)
+            elif spec.mode == 1:
+                try:
+                    self.prefetch_subgraphs(graphs[i], spec.soc, settings)
+                except AoeError:
+                    continue
+            self.flush(partial=True)  # the workers start while the next models are read
         return graphs
 
-    def flush(self) -> None:
-        """Send the queued cases in contiguous groups (graph order: the first model's results come first)."""
+    def flush(self, partial: bool = False) -> None:
+        """Send the queued jobs in contiguous groups (graph order: the first model's results come first).
+
+        `partial` (between the models of a prefetch): only when enough are queued for groups of
+        MIN_GROUP or more, so the workers start early without a flood of tiny tasks."""
+        workers = max(1, len(self.client.scheduler_info().get("workers", {})))
         with self._lock:
+            if partial and len(self._queued) < workers * GROUPS_PER_WORKER * MIN_GROUP:
+                return
             queued, self._queued = self._queued, []
+            self._queued_keys.clear()
         if not queued:
             return
-        workers = max(1, len(self.client.scheduler_info().get("workers", {})))
-        size = max(1, math.ceil(len(queued) / (workers * GROUPS_PER_WORKER)))
         if self._progress and self._bar is None:
             from tqdm import tqdm  # lazily: only a batch with a bar needs it
             self._bar = tqdm(total=0, unit="case", desc="batch (cluster)", dynamic_ncols=True)
         if self._bar is not None:
             self._bar.total += len(queued)
             self._bar.refresh()
-        for start in range(0, len(queued), size):
-            self._submit(queued[start:start + size])
+        for kind in ("op", "sg"):
+            jobs = [(k, j) for k, kd, j in queued if kd == kind]
+            size = max(1, math.ceil(len(jobs) / (workers * GROUPS_PER_WORKER)))
+            for start in range(0, len(jobs), size):
+                self._submit(jobs[start:start + size], kind)
 
-    def _submit(self, group: list[tuple[tuple[Any, ...], Job]]) -> Any:
-        fut = self.client.submit(run_group, [j for _, j in group], pure=False, retries=2)
+    def _submit(self, group: list[tuple[tuple[Any, ...], Any]], kind: str) -> Any:
+        fn = run_group if kind == "op" else run_subgraph_group
+        fut = self.client.submit(fn, [j for _, j in group], pure=False, retries=2)
         n = len(group)
         with self._lock:
             for i, (key, _) in enumerate(group):
@@ -239,15 +314,18 @@ class CaseFarm:
             fut.add_done_callback(lambda f, n=n: self._bar.update(n))
         return fut
 
-    def result(self, job: Job) -> Any:
-        """The tuned result of one job: from a finished group, by waiting for its group, or sent now."""
-        key = job_key(job)
+    def _collect(self, key: tuple[Any, ...], kind: str, job: Any) -> Any:
+        """The result of one job: from a finished group, by waiting for its group, or sent now alone."""
         with self._lock:
             if key in self._done:
                 return self._done[key]
             where = self._where.get(key)
+            pending = where is None and key in self._queued_keys
+        if pending:  # queued by a prefetch, not sent yet: send the queue now
+            self.flush()
+            where = self._where.get(key)
         if where is None:  # not prefetched (e.g. a tune_ops selection): send it alone
-            where = (self._submit([(key, job)]), 0)
+            where = (self._submit([(key, job)], kind), 0)
         fut = where[0]
         try:
             results, cpu = fut.result()
@@ -263,6 +341,24 @@ class CaseFarm:
                     if self._where.get(k, (None,))[0] is fut:
                         del self._where[k]
             return self._done.get(key, results[where[1]])
+
+    def result(self, job: Job) -> Any:
+        """The tuned result of one operator job."""
+        return self._collect(job_key(job), "op", job)
+
+    # ---- the SGAT face (aoe.sgat.tune.subgraph_executor) ----------------------------------------
+
+    def prepared(self, graph: Any, soc: Soc) -> Any:
+        """The partition and prices prefetch made of this graph (the same JSON form) on this SoC, or None."""
+        if not self._prepared:
+            return None
+        with self._lock:
+            return self._prepared.get((_fingerprint(graph), soc.name, soc.cube_cores))
+
+    def search(self, soc: Soc, case: Any, method: str) -> Any:
+        """What `aoe.sgat.search.search(case.rd, method)` returns, computed on the cluster."""
+        key = subgraph_key(soc, case.key, case.rd, method)
+        return self._collect(key, "sg", (case.rd, method))
 
     @property
     def executor(self) -> "FarmExecutor":
@@ -280,6 +376,8 @@ class CaseFarm:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+        self._prepared.clear()
+        self._loaded.clear()
         if self._own_client:
             self.client.close()
         if self._cluster is not None:
@@ -305,8 +403,7 @@ class FarmExecutor:
         jobs = list(jobs)
         for j in jobs:  # anything not prefetched is sent now, all at once
             key = job_key(j)
-            if key not in self.farm._done and key not in self.farm._where:
-                self.farm._queued.append((key, j))
+            self.farm._queue(key, "op", j)
         self.farm.flush()
         for j in jobs:
             yield self.farm.result(j)

@@ -108,9 +108,10 @@ def tune_models(models: Sequence[Any], mode: str | int = "op", soc: str = DEFAUL
     list with one per model. Later models hit what earlier ones added (REPEAT_TUNE=False). With
     `TuneOptions(stop_on_error=False)` a model that cannot be loaded is skipped (its error is raised
     at the end if no model could be tuned).
-    `cluster` (a `dask.distributed.Client`, a scheduler address or "local:N"; the extra `dask`): the
-    distinct operator cases of all models that miss the banks are tuned on its workers; this process
-    still writes every bank and result file, and the outcome is the serial run's (`aoe.batch`).
+    `cluster` (a `dask.distributed.Client`, a scheduler address, "local:N" or an `aoe.batch.CaseFarm`;
+    the extra `dask`): the distinct operator cases (OPAT) or subgraph searches (SGAT) of all models that
+    miss the banks run on its workers; this process still writes every bank and result file, and the
+    outcome is the serial run's (`aoe.batch`). "local:N" runs over TLS; tcp:// gets a ClusterWarning.
     """
     opt = options or TuneOptions()
     m = cfg.parse_mode(mode, "mode")
@@ -149,6 +150,7 @@ def tune_models(models: Sequence[Any], mode: str | int = "op", soc: str = DEFAUL
             farm = stack.enter_context(open_batch(cluster, progress=opt.progress, out=_printer(opt.verbose)))
             graphs = farm.prefetch_specs([_spec(x, m, soc, shapes[i], training, ops, framework, output=opt.output)
                                           for i, x in enumerate(models)], settings, load_graph)
+            farm.flush()  # every model's misses go out now: the workers run while the client writes results
         for i, model in enumerate(models):
             spec = _spec(model, m, soc, shapes[i], training, ops, framework, name=names[i] if names else None,
                          output=opt.output)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Mapping, NamedTuple
 
@@ -27,6 +28,12 @@ from .search import search
 
 UNSUPPORTED_PREFIXES = ("Ascend910B", "Ascend910_93")
 TIE = 1e-9      # relative: a tuned plan must beat the plan in use by more than this to count as better
+
+# A pluggable subgraph search (e.g. aoe.batch's Dask farm), set for a context (thread- and task-local):
+# an object with `prepared(graph, soc)` -> the `Prepared` it already made of this very graph, or None, and
+# `search(soc, case, method)` -> what `search(case.rd, method)` returns, computed elsewhere. Banks and
+# records stay with tune_graph: the executor only finds plans.
+subgraph_executor: ContextVar[Any] = ContextVar("aoe_sgat_subgraph_executor", default=None)
 
 
 def check_soc(soc: Soc) -> None:
@@ -159,7 +166,8 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
     events = events or Events()
     done = restore(done)
     start = time.perf_counter()
-    prep = prepare(graph, soc)
+    farm = subgraph_executor.get()
+    prep = (farm.prepared(graph, soc) if farm is not None else None) or prepare(graph, soc)
     bank = SubgraphBank(bank_dir) if bank_dir is not None else None
     builtin = builtin_subgraph_bank(soc) if bank is not None and cfg.builtin else None
     cases = prep.cases if only is None else [c for c in prep.cases if _selected(c, only)]
@@ -172,7 +180,7 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
             break
         rec = done.get(case.key)
         if rec is None:
-            rec = _tune_case(case, bank, builtin, cfg)
+            rec = _tune_case(case, bank, builtin, cfg, soc, farm)
         report.records.append(rec)
         report.model_result_us += (rec.after_us - case.default_us) * len(case.subs)
         report.tuning_time_s = time.perf_counter() - start
@@ -184,7 +192,7 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
 
 
 def _tune_case(case: Case, bank: SubgraphBank | None, builtin: SubgraphBank | None,
-               cfg: SgatConfig) -> SubgraphRecord:
+               cfg: SgatConfig, soc: Soc | None = None, farm: Any = None) -> SubgraphRecord:
     """Look one distinct subgraph up (custom, then built-in), tune it if the rule says so, write the
     custom bank, return its record."""
     rd = case.rd
@@ -200,7 +208,7 @@ def _tune_case(case: Case, bank: SubgraphBank | None, builtin: SubgraphBank | No
     method_used = ""
     evaluated = 0
     if should_tune(in_bank, cfg.repeat_tune):
-        found = search(rd, cfg.method)
+        found = farm.search(soc, case, cfg.method) if farm is not None else search(rd, cfg.method)
         method_used, evaluated = found.method, found.evaluated
         if np.isfinite(found.time_us):
             tuned = found
@@ -271,4 +279,4 @@ def apply_bank(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str], *
     return BankTimes(prep.baseline_us / 1000.0, total / 1000.0, prep.unfused_us / 1000.0)
 
 
-__all__ = ["tune_graph", "SgatConfig", "apply_bank", "BankTimes", "check_soc", "prepare", "Prepared", "Case"]
+__all__ = ["tune_graph", "subgraph_executor", "SgatConfig", "apply_bank", "BankTimes", "check_soc", "prepare", "Prepared", "Case"]
