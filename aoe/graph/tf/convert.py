@@ -50,6 +50,9 @@ class Source:
     name: str = "model"
     training: bool = False
     input_names: list[str] | None = None                      # IR names of ``inputs`` (default: TF names)
+    # a frozen SavedModel: the Const ops that hold a trainable variable (None: not known, as in a frozen
+    # GraphDef, where every float constant with more than one element is taken for a weight)
+    trainable_consts: set[str] | None = None
 
 
 class Converter:
@@ -250,7 +253,9 @@ class Converter:
             n = 1
             for d in s:
                 n *= max(d, 0)
-            kind = "param" if (t.dtype.name in _FLOAT and n > 1 and not self.src.training) else "const"
+            weights = self.src.trainable_consts
+            kind = "param" if (t.dtype.name in _FLOAT and n > 1 and not self.src.training
+                               and (weights is None or op.name in weights)) else "const"
             return self._register(t, kind=kind)
         if op.type == "Placeholder":
             # a captured tensor that is not a variable: a constant of the step

@@ -513,12 +513,19 @@ def _grad_out(cv: Converter, reg: Region, role: str, shape: tuple[int, ...], dty
     return name
 
 
+def _fixed_affine(cv: Converter, reg: Region, role: str, c: tuple[int, ...]) -> str:
+    """The constant ones (gamma) / zeros (beta) CANN's batch norm reads where Keras has no variable
+    (``scale=False`` / ``center=False``)."""
+    return cv.new_tensor(f"{reg.scope}/{role}_fixed", c, "float32", "const")
+
+
 def _emit_bn(cv: Converter, reg: Region) -> None:
     x, y = reg.roles["x"], reg.roles["y"]
     xi = cv.inp(x)
-    gamma, beta = cv.variable_by_id(reg.roles["gamma"]), cv.variable_by_id(reg.roles["beta"])
     mean, var = cv.variable_by_id(reg.roles["moving_mean"]), cv.variable_by_id(reg.roles["moving_variance"])
-    c = cv.tensors[gamma].shape
+    c = cv.tensors[mean].shape
+    gamma, beta = (cv.variable_by_id(reg.roles[k]) if k in reg.roles else _fixed_affine(cv, reg, k, c)
+                   for k in ("gamma", "beta"))
     eps = reg.attrs.get("epsilon", 1e-3)
     s = cv.new_tensor(f"{reg.scope}/bn_sum", c, "float32")
     sq = cv.new_tensor(f"{reg.scope}/bn_square_sum", c, "float32")
@@ -553,7 +560,11 @@ def _peel(t: Any) -> Any:
 
 def _emit_bn_infer(cv: Converter, reg: Region) -> None:
     r = reg.roles
-    ins = [cv.inp(r["x"])] + [cv.inp(_peel(r[k])) for k in ("gamma", "beta", "mean", "variance")]
+    mean = cv.inp(_peel(r["mean"]))
+    c = cv.tensors[mean].shape
+    gamma, beta = (cv.inp(_peel(r[k])) if r.get(k) is not None else _fixed_affine(cv, reg, k, c)
+                   for k in ("gamma", "beta"))
+    ins = [cv.inp(r["x"]), gamma, beta, mean, cv.inp(_peel(r["variance"]))]
     cv.emit(None, "BNInfer", ins, {"epsilon": reg.attrs.get("epsilon", 1e-3)}, outputs=[cv.alias[r["y"].name]],
             name=f"{reg.scope}/batchnorm")
 

@@ -192,7 +192,9 @@ def _norm_region(mean_op: Any, by_name: dict[str, Any], live: set[str], var_of: 
             for role in ("gamma", "beta", "moving_mean", "moving_variance"):
                 if base == role:
                     roles[role] = vid
-    need = ("gamma", "beta", "moving_mean", "moving_variance") if kind == "batchnorm" else ("gamma", "beta")
+    # a batch norm without gamma (scale=False) or beta (center=False) has no such variable: the fused
+    # operator takes ones / zeros there (what CANN's BNTrainingUpdate reads)
+    need = ("moving_mean", "moving_variance") if kind == "batchnorm" else ("gamma", "beta")
     if kind == "layernorm" and any(r not in roles for r in need):
         roles.update(_affine_by_use(by_name, fwd, ins, x))
     if any(r not in roles for r in need):
@@ -221,27 +223,56 @@ def _norm_region(mean_op: Any, by_name: dict[str, Any], live: set[str], var_of: 
 
 
 def _bn_infer_region(rsqrt: Any, by_name: dict[str, Any], live: set[str]) -> Region | None:
-    """``tf.nn.batch_normalization`` with given statistics (inference, or a frozen model): ``BNInfer``."""
+    """``tf.nn.batch_normalization`` with given statistics (inference, or a frozen model): ``BNInfer``.
+
+    ``inv = rsqrt(var + eps) [* gamma]; y = x * inv + (beta - mean * inv)`` (without beta: ``- mean * inv``),
+    found by dataflow so that ``scale=False`` / ``center=False`` (no gamma / beta) are recognised too.
+    """
     scope = rsqrt.name[: -len("/batchnorm/Rsqrt")]
     if scope + "/moments/mean" in by_name:
         return None  # training: the moments region handles it
     b = scope + "/batchnorm/"
-    parts = {k: by_name.get(b + k) for k in ("add", "mul", "mul_1", "mul_2", "sub", "add_1")}
-    if any(v is None for v in parts.values()):
-        return None
     fwd, grad = _collect(by_name, scope)
     if any(n in live for n in grad):
         return None  # differentiated through fixed statistics: leave it decomposed
     region = {n for n in fwd if n.startswith(b)}
+    add = rsqrt.inputs[0].op
+    if add.type not in ("AddV2", "Add") or add.name not in region:
+        return None
+    var = add.inputs[0]
+    cshape = _shape(rsqrt.outputs[0])
+
+    def users(t: Any, kind: tuple[str, ...]) -> list[Any]:
+        return [c for c in t.consumers() if c.name in region and c.type in kind]
+
+    inv, gamma = rsqrt.outputs[0], None
+    first = users(inv, ("Mul",))
+    if len(first) == 1 and _shape(first[0].outputs[0]) == cshape:
+        # the one user of rsqrt is the scaling by gamma (without gamma it has two: x * inv, mean * inv)
+        gamma = next((t for t in first[0].inputs if t.name != inv.name), None)
+        inv = first[0].outputs[0]
+    muls = users(inv, ("Mul",))
+    xmul = [m for m in muls if _shape(m.outputs[0]) != cshape]
+    mmul = [m for m in muls if _shape(m.outputs[0]) == cshape]
+    if len(xmul) != 1 or len(mmul) != 1:
+        return None
+    x = next((t for t in xmul[0].inputs if t.name != inv.name), None)
+    mean = next((t for t in mmul[0].inputs if t.name != inv.name), None)
+    subs = users(mmul[0].outputs[0], ("Sub",))
+    beta, y = None, None
+    if len(subs) == 1 and subs[0].inputs[1].name == mmul[0].outputs[0].name:
+        sub = subs[0]
+        if sub.inputs[0].name == xmul[0].outputs[0].name:
+            y = sub.outputs[0]                                  # center=False: x * inv - mean * inv
+        else:
+            beta = sub.inputs[0]
+            adds = users(sub.outputs[0], ("AddV2", "Add"))
+            if len(adds) == 1 and xmul[0].outputs[0].name in [t.name for t in adds[0].inputs]:
+                y = adds[0].outputs[0]
+    if y is None or x is None or mean is None:
+        return None
     _, outs = _boundary(by_name, region, live)
-    mul = parts["mul"]
-    gamma = next((t for t in mul.inputs if t.op.name != rsqrt.name), None)
-    var = parts["add"].inputs[0]
-    mean = next((t for t in parts["mul_2"].inputs if t.op.name != mul.name), None)
-    beta = next((t for t in parts["sub"].inputs if t.op.name != parts["mul_2"].name), None)
-    x = next((t for t in parts["mul_1"].inputs if t.op.name != mul.name), None)
-    y = parts["add_1"].outputs[0]
-    if None in (gamma, mean, beta, x) or len(outs) != 1 or outs[0].name != y.name or _shape(x) != _shape(y):
+    if len(outs) != 1 or outs[0].name != y.name or _shape(x) != _shape(y):
         return None
     return Region("batchnorm_infer", scope, region,
                   {"x": x, "y": y, "gamma": gamma, "beta": beta, "mean": mean, "variance": var},
