@@ -350,6 +350,8 @@ class Converter:
         y = reg.roles.get("y")
         if y is not None and reg.kind != "softmax_grad":
             self._register(y)
+        for t in reg.roles.get("outputs", ()):  # a recurrent layer's sequence / last output
+            self._register(t)
         if reg.has_grad:
             x = reg.roles.get("x", reg.roles.get("y"))
             names: dict[str, str] = {}
@@ -358,7 +360,7 @@ class Converter:
                     if role == "dx":
                         shape, dtype = self.ir_shape(x), self.ir_dtype(x.dtype)
                     else:
-                        r = reg.roles["gamma" if role == "dgamma" else "beta"]
+                        r = reg.roles[role[1:]]  # dgamma -> gamma, dbeta -> beta, dkernel -> kernel ...
                         p = self.tensors[self.variable_by_id(r) if isinstance(r, str) else self.inp(r)]
                         shape, dtype = p.shape, p.dtype
                     names[role] = self.new_tensor(f"{reg.scope}/grad/{role}", shape, dtype)

@@ -11,7 +11,10 @@ name scope ("scope fusion passes"); this module does the same:
   becomes ``BNTrainingUpdateGrad`` + ``BNTrainingReduceGrad``), reducing a suffix of the axes is a
   layer norm (``LayerNorm`` / ``LayerNormGrad``);
 - a scope ``.../Gelu`` holding Erf/Erfc (or Tanh) is ``Gelu`` (gradient: ``GeluGrad``);
-- the gradient scope of a ``Softmax`` op is ``SoftmaxGrad``.
+- the gradient scope of a ``Softmax`` op is ``SoftmaxGrad``;
+- a Keras ``LSTM`` / ``GRU`` layer (a ``While`` loop over its cell, whose variables are
+  ``.../lstm_cell/...`` or ``.../gru_cell/...``) is CANN's ``DynamicRNN`` / ``DynamicGRUV2``, its
+  gradient scope (the gradient ``While``) ``DynamicRNNGrad`` / ``DynamicGRUV2Grad``.
 
 A region is fused only when its boundary is what the fused operator reads and writes (one input
 activation, one output, the expected variables, gradient outputs of the right shapes); otherwise it
@@ -29,7 +32,7 @@ GRAD_PREFIX = "gradient_tape/"
 class Region:
     """A fused layer: its TF ops, the tensors it reads and writes by role, its gradient outputs."""
 
-    kind: str                                   # batchnorm | layernorm | gelu | softmax_grad
+    kind: str                                   # batchnorm | layernorm | gelu | softmax_grad | rnn
     scope: str
     ops: set[str]
     roles: dict[str, Any]                       # x, y, dy, gamma, beta, moving_mean, moving_variance (TF tensors/vars)
@@ -55,6 +58,9 @@ def find_regions(ops: list[Any], live: set[str], var_of: dict[str, str], var_nam
             reg = _gelu_region(op, by_name, live)
         elif op.type == "Softmax":
             reg = _softmax_grad_region(op, by_name, live)
+        elif op.type in ("While", "StatelessWhile") and op.name.endswith("/while") \
+                and not op.name.startswith(GRAD_PREFIX):
+            reg = _rnn_region(op, by_name, live, var_of, var_names)
         if reg is not None and not (reg.ops & taken):
             taken |= reg.ops
             regions.append(reg)
@@ -376,3 +382,116 @@ def _softmax_grad_region(op: Any, by_name: dict[str, Any], live: set[str]) -> Re
         return Region("softmax_grad", op.name, region, {"y": y, "dy": dy}, {m2s[0].outputs[0].name: "dx"},
                       has_grad=True)
     return None
+
+
+# ---- Keras LSTM / GRU: the time loop -------------------------------------------------------------
+_RNN_VARS = ("kernel", "recurrent_kernel", "bias")
+
+
+def _const_like(t: Any) -> bool:
+    return _is_const(t) or t.op.type in ("Fill", "ZerosLike", "OnesLike")
+
+
+def _absorb_plumbing(by_name: dict[str, Any], region: set[str], live: set[str]) -> set[str]:
+    """Outside ops that only serve the loops (``zeros_like`` of loop outputs feeding the gradient loop)."""
+    changed = True
+    while changed:
+        changed = False
+        for name, op in by_name.items():
+            if name in region:
+                continue
+            users = [c for t in op.outputs for c in t.consumers() if c.name in live]
+            if not users or any(c.name not in region for c in users):
+                continue
+            if any(t.op.name in region or t.dtype.name == "variant" for t in op.inputs) \
+                    or any(t.dtype.name == "variant" for t in op.outputs):
+                region.add(name)
+                changed = True
+    return region
+
+
+def _loop_var(t: Any, var_of: dict[str, str]) -> str | None:
+    """The variable whose gradient a gradient-loop output accumulates (its initial value is
+    ``zeros(VariableShape(variable))``), or None."""
+    while t.op.type == "Identity" and t.op.inputs:
+        t = t.op.inputs[0]
+    op = t.op
+    if op.type not in ("While", "StatelessWhile") or t.value_index >= len(op.inputs):
+        return None
+    init = op.inputs[t.value_index].op
+    if init.type == "Fill" and init.inputs and init.inputs[0].op.type == "VariableShape":
+        handle = init.inputs[0].op.inputs[0]
+        while handle.op.type in ("While", "StatelessWhile", "Identity") and handle.name not in var_of:
+            # a resource passed through the forward loop: the loop's input of the same index
+            handle = handle.op.inputs[handle.value_index if handle.op.type != "Identity" else 0]
+        return var_of.get(handle.name)
+    return None
+
+
+def _rnn_region(loop: Any, by_name: dict[str, Any], live: set[str], var_of: dict[str, str],
+                var_names: dict[str, str]) -> Region | None:
+    """A Keras LSTM / GRU layer: its time loop, the transposes around it and its gradient loop."""
+    scope = loop.name[: -len("/while")]
+    roles: dict[str, Any] = {}
+    cell = None
+    for t in loop.inputs:
+        if t.dtype.name != "resource":
+            continue
+        vid = var_of.get(t.name)
+        path = var_names.get(vid or "", "")
+        parts = path.split(":")[0].split("/")
+        kind = "lstm" if any(p.startswith("lstm_cell") for p in parts) else \
+            "gru" if any(p.startswith("gru_cell") for p in parts) else None
+        if kind is None or parts[-1] not in _RNN_VARS or (cell is not None and kind != cell):
+            return None
+        cell = kind
+        roles[parts[-1]] = vid
+    if cell is None or "kernel" not in roles or "recurrent_kernel" not in roles:
+        return None
+    fwd, grad = _collect(by_name, scope)
+    region = _absorb_plumbing(by_name, fwd | grad, live)
+    grad |= region - fwd
+    ins, outs = _boundary(by_name, region, live)
+    xs = [t for t in ins if t.dtype.is_floating and not _const_like(t) and t.shape.rank == 3
+          and any(c.name in fwd for c in t.consumers())]
+    if len(xs) != 1:
+        return None  # an initial state given by the model, or a mask: left as it is
+    x = xs[0]
+    b, steps, _ = _shape(x) or (-1, -1, -1)
+    outputs = [t for t in outs if t.op.name in fwd]
+    seq = [t for t in outputs if t.shape.rank == 3]
+    last = [t for t in outputs if t.shape.rank == 2]
+    if len(seq) + len(last) != len(outputs) or len(seq) > 1 or len(last) > 1 or not outputs:
+        return None
+    hidden = int(_shape(outputs[0])[-1])
+    if (seq and _shape(seq[0]) != (b, steps, hidden)) or (last and _shape(last[0]) != (b, hidden)):
+        return None
+    roles.update(x=x, outputs=outputs)
+    reg = Region("rnn", scope, region, roles, attrs={"cell": cell, "hidden": hidden})
+    live_grad = {n for n in grad if n in live}
+    if not live_grad:
+        return reg
+    grads: dict[str, str] = {}
+    for t in outs:
+        if t.op.name not in grad:
+            continue
+        vid = _loop_var(t, var_of)
+        role = next((f"d{k}" for k in _RNN_VARS if vid is not None and roles.get(k) == vid), None)
+        if role is None and _shape(t) == _shape(x):
+            role = "dx"
+        if role is None:
+            return None
+        grads[t.name] = role
+    for t in ins:
+        if t.dtype.is_floating and not _const_like(t) and any(c.name in live_grad for c in t.consumers()):
+            if seq and _shape(t) == _shape(seq[0]) and "dy_seq" not in roles:
+                roles["dy_seq"] = t
+            elif last and _shape(t) == _shape(last[0]) and "dy_last" not in roles:
+                roles["dy_last"] = t
+            elif t.name != x.name:
+                return None
+    if "dy_seq" not in roles and "dy_last" not in roles:
+        return None
+    reg.grad_outputs = grads
+    reg.has_grad = True
+    return reg
