@@ -231,7 +231,7 @@ def _norm_region(mean_op: Any, by_name: dict[str, Any], live: set[str], var_of: 
 def _bn_infer_region(rsqrt: Any, by_name: dict[str, Any], live: set[str]) -> Region | None:
     """``tf.nn.batch_normalization`` with given statistics (inference, or a frozen model): ``BNInfer``.
 
-    ``inv = rsqrt(var + eps) [* gamma]; y = x * inv + (beta - mean * inv)`` (without beta: ``- mean * inv``),
+    ``inv = rsqrt(var + eps) [* gamma]; y = x * inv + (beta - mean * inv)`` (without beta: ``+ (-mean) * inv``),
     found by dataflow so that ``scale=False`` / ``center=False`` (no gamma / beta) are recognised too.
     """
     scope = rsqrt.name[: -len("/batchnorm/Rsqrt")]
@@ -266,7 +266,13 @@ def _bn_infer_region(rsqrt: Any, by_name: dict[str, Any], live: set[str]) -> Reg
     mean = next((t for t in mmul[0].inputs if t.name != inv.name), None)
     subs = users(mmul[0].outputs[0], ("Sub",))
     beta, y = None, None
-    if len(subs) == 1 and subs[0].inputs[1].name == mmul[0].outputs[0].name:
+    if mean is not None and mean.op.type == "Neg" and mean.op.name in region:
+        # center=False: y = x * inv + (-mean) * inv
+        mean = mean.op.inputs[0]
+        adds = users(mmul[0].outputs[0], ("AddV2", "Add"))
+        if len(adds) == 1 and xmul[0].outputs[0].name in [t.name for t in adds[0].inputs]:
+            y = adds[0].outputs[0]
+    elif len(subs) == 1 and subs[0].inputs[1].name == mmul[0].outputs[0].name:
         sub = subs[0]
         if sub.inputs[0].name == xmul[0].outputs[0].name:
             y = sub.outputs[0]                                  # center=False: x * inv - mean * inv
