@@ -368,6 +368,14 @@ class Converter:
                 self.fused_alias.add(names[role])
             reg.attrs["_grad_names"] = names
 
+    def region_grad(self, reg: Region, role: str, shape: tuple[int, ...], dtype: str) -> str:
+        """The IR tensor a fused region writes its gradient ``role`` (dx, dgamma ...) to."""
+        name = reg.attrs.get("_grad_names", {}).get(role)
+        if name is None:
+            # a gradient nobody reads outside the region (e.g. of a frozen parameter): still written
+            return self.new_tensor(f"{reg.scope}/grad/{role}", shape, dtype)
+        return name
+
     def variable_by_id(self, vid: str) -> str:
         """The IR tensor of a variable given its id."""
         ir = self.var_tensor.get(vid)
