@@ -71,8 +71,9 @@ def _vector_flags() -> list[str]:
     return [x for x in ("avx2", "avx512f") if x in flags]
 
 
-def app_row(name: str, batch: int, budget: int, tmp: Path) -> dict[str, Any]:
-    """One Keras application: capture + convert, pricing coverage, bank provenance of its cases, tuning."""
+def app_row(name: str, batch: int, budget: int, tmp: Path, size: int | None = None) -> dict[str, Any]:
+    """One Keras application: capture + convert, pricing coverage, bank provenance of its cases, tuning
+    (``size``: another input resolution than the application's own, e.g. for a quick check)."""
     from collections import Counter
 
     import keras
@@ -85,7 +86,7 @@ def app_row(name: str, batch: int, budget: int, tmp: Path) -> dict[str, Any]:
     from aoe.opat.apply import operator_cases
     from aoe.soc import load_soc
 
-    size = APPS[name]
+    size = size or APPS[name]
     keras.utils.set_random_seed(0)
     model = getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3))
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")

@@ -644,3 +644,23 @@ def test_keras_lstm_and_gru_map_to_cann_recurrent_operators() -> None:
     for n in split.outputs + [rnn_grad.outputs[1]] + gru_grad.outputs[:2] + pack.outputs:
         assert n in read, n
     assert [shape[n] for n in split.outputs] == [(8, 64), (16, 64)] and shape[pack.outputs[0]] == (2, 72)
+
+
+def test_keras_application_bench_row_prices_everything_but_dropouts_random_ops(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench/frontend_tf_bench.py's row for a Keras application (MobileNetV3Small, random weights, 96x96):
+    TF ops traced vs aoe ops, every operator priced except dropout's random-number ops, and the cases'
+    provenance adding up to the result file's counters."""
+    import runpy
+
+    folder = Path(__file__).resolve().parents[1] / "bench"
+    monkeypatch.syspath_prepend(str(folder))    # as `python bench/frontend_tf_bench.py` runs it
+    bench = runpy.run_path(str(folder / "frontend_tf_bench.py"), run_name="aoe_bench_module")
+    row = bench["app_row"]("MobileNetV3Small", 2, 200, tmp_path, size=96)
+    assert row["tf_ops"] > row["aoe_ops"] > 0 and row["priced"] + row["skipped"] + row["views"] == row["aoe_ops"]
+    assert set(row["unconverted_tf_types"]) == {"StatelessRandomGetKeyCounter", "StatelessRandomUniformV2"}
+    assert row["skipped"] == 2 and all("StatelessRandom" in r for r in row["skipped_reasons"])
+    s = row["repo_summary"]
+    assert row["distinct_cases"] == s["total_num"] and row["cases_builtin"] + row["cases_custom"] == s["repo_hit_num"]
+    assert row["cases_new"] == s["repo_add_num"] and row["status"] == "tuning successful"
+    assert row["capture_convert"]["cpu_s"] > 0 and row["tuning"]["cpu_s"] > 0
