@@ -177,8 +177,10 @@ def _norm_region(mean_op: Any, by_name: dict[str, Any], live: set[str], var_of: 
     xs, ms = _shape(x), _shape(mean_op.outputs[0])
     if xs is None or ms is None or len(xs) != len(ms) or x.op.name in region or -1 in xs:
         return None
-    reduced = [i for i in range(len(xs)) if ms[i] == 1 and xs[i] != 1]
     rank = len(xs)
+    reduced = _mean_axes(mean_op, rank)
+    if reduced is None:  # axes not a constant: the ones the shapes say are reduced
+        reduced = [i for i in range(rank) if ms[i] == 1 and xs[i] != 1]
     if reduced == list(range(rank - 1)):
         kind = "batchnorm"
     elif reduced and reduced == list(range(reduced[0], rank)):
@@ -226,6 +228,23 @@ def _norm_region(mean_op: Any, by_name: dict[str, Any], live: set[str], var_of: 
         reg.grad_outputs = gr
         reg.has_grad = True
     return reg
+
+
+def _mean_axes(mean_op: Any, rank: int) -> list[int] | None:
+    """The constant reduction axes of a ``Mean`` (sorted, non-negative): a batch of 1 or a 1x1 feature
+    map reduces an axis of size 1, which the shapes alone do not show."""
+    if len(mean_op.inputs) < 2 or not _is_const(mean_op.inputs[1]):
+        return None
+    try:
+        import tensorflow as tf
+
+        v = tf.get_static_value(mean_op.inputs[1])
+    except Exception:  # noqa: BLE001 - not evaluable statically: the caller falls back to the shapes
+        return None
+    if v is None:
+        return None
+    axes = sorted({int(a) % rank for a in v.reshape(-1).tolist()}) if rank else []
+    return axes or None
 
 
 def _bn_infer_region(rsqrt: Any, by_name: dict[str, Any], live: set[str]) -> Region | None:
