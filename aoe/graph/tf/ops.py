@@ -71,6 +71,10 @@ def convert_op(cv: Converter, op: Any) -> None:
     if handler is None:
         cv.opaque(op, "no CANN mapping for this TensorFlow operator")
         return
+    if any(i.dtype.name == "variant" for i in op.inputs):
+        # a TensorList (or other variant) of a loop kept opaque: nothing here reads one
+        cv.opaque(op, "reads a TensorList of a loop that is not converted")
+        return
     skip = WORKSPACE.get(t, ())
     if any(o.shape.rank is None for i, o in enumerate(op.outputs)
            if i not in skip and o.dtype.name not in ("resource", "variant")):
