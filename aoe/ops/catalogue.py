@@ -43,15 +43,15 @@ _VECTOR_AS = {
     "LogSoftmaxV2": "SoftmaxV2", "InstanceNorm": "LayerNorm", "GroupNorm": "LayerNorm", "StridedSliceGrad": "Pad",
     "DepthToSpace": "Transpose", "SpaceToDepth": "Transpose", "InstanceNormGrad": "LayerNormGrad",
     "GroupNormGrad": "LayerNormGrad",
+    # data movement priced by what moves: GatherElements' output (one picked element each), NLLLoss
+    # one 32-byte block per row of its input (the target's element: MTE2's granularity), summed
+    "GatherElements": "Gather", "NLLLoss": "ReduceSumD",
     # the gradient of a resize sums each input pixel's share of dy: a pooling window of dy per input pixel
     "ResizeNearestNeighborV2Grad": "AvgPool", "ResizeBilinearV2Grad": "AvgPool",
     "ClipByValueGrad": "AbsGrad", "ReciprocalGrad": "SigmoidGrad", "RsqrtGrad": "SigmoidGrad", "CosGrad": "SinGrad",
     "SeluGrad": "EluGrad", "LogSoftmaxGrad": "SoftmaxGrad", "BNInferGrad": "Mul", "SwishGrad": "SoftplusGrad",
     "HardtanhGrad": "AbsGrad", "Expm1": "Exp", "Log1p": "Log", "FloorDiv": "FloorMod", "MaskedFill": "Select",
     "ReduceAllD": "ReduceMaxD", "ReduceAnyD": "ReduceMaxD", "ReduceAll": "ReduceMaxD", "ReduceAny": "ReduceMaxD",
-    # data movement priced by what moves: GatherElements' output (one picked element each), NLLLoss
-    # one 32-byte block per row of its input (the target's element: MTE2's granularity), summed
-    "GatherElements": "Gather", "NLLLoss": "ReduceSumD",
 }
 _RESIZE_OPS = ("ResizeNearestNeighborV2", "ResizeBilinearV2")
 _ROW_OPS = ("SoftmaxV2", "SoftmaxGrad", "LayerNorm", "LayerNormGrad", "ReduceSumD", "ReduceMeanD",
