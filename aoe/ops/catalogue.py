@@ -44,8 +44,9 @@ _VECTOR_AS = {
     "DepthToSpace": "Transpose", "SpaceToDepth": "Transpose", "InstanceNormGrad": "LayerNormGrad",
     "GroupNormGrad": "LayerNormGrad",
     # data movement priced by what moves: GatherElements' output (one picked element each), NLLLoss
-    # one 32-byte block per row of its input (the target's element: MTE2's granularity), summed
-    "GatherElements": "Gather", "NLLLoss": "ReduceSumD",
+    # one 32-byte block per row of its input (the target's element: MTE2's granularity), summed; Pack
+    # is a Concat along a new axis
+    "GatherElements": "Gather", "NLLLoss": "ReduceSumD", "Pack": "Concat",
     # the gradient of a resize sums each input pixel's share of dy: a pooling window of dy per input pixel
     "ResizeNearestNeighborV2Grad": "AvgPool", "ResizeBilinearV2Grad": "AvgPool",
     "ClipByValueGrad": "AbsGrad", "ReciprocalGrad": "SigmoidGrad", "RsqrtGrad": "SigmoidGrad", "CosGrad": "SinGrad",
