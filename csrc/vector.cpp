@@ -163,6 +163,21 @@ const VopSpec kVops[] = {
     // PReluGrad compares, selects and multiplies twice (4).
     {"MaximumGrad",      C_ELT,      3, 2, 0, 1, {3, 0, 0},          3, 0, {1, 0, 0}, 1},
     {"PReluGrad",        C_ELT,      3, 2, 0, 1, {4, 0, 0},          4, 0, {1, 0, 0}, 1},
+    // --- losses and TensorFlow's norm pieces of training graphs (appended: codes above stay stable) ---
+    // SquaredDifference (x - y)^2: vsub, vmul (1.35 each, the Add/Sub/Mul fit above); the second input
+    // is often a broadcast row statistic (a decomposed norm's mean).
+    {"SquaredDifference", C_ELT,     2, 1, 0, 0, {2.7, 0, 0},       2, 0, {1, 0, 0}, 1},
+    // Softmax cross-entropy over the class axis (rows of logits). Outputs the per-row loss (reduced) and
+    // the gradient softmax - labels (full size). SoftmaxV2's three-pass recipe (13: max, exp-sum,
+    // normalise with exp computed twice) plus, per element, the label term: sparse labels (int32 per
+    // row, read once) compare the lane index and select (1.5); dense labels (a second full input)
+    // multiply-and-sum for the loss and subtract for the gradient (1.35 + 1 + 1.35).
+    {"SparseSoftmaxCrossEntropyWithLogits", C_ROW, 1, 1, 1, 2, {14.5, 0, 0}, 7, 2, {3, 0, 0}, 1},
+    {"SoftmaxCrossEntropyWithLogits",       C_ROW, 2, 1, 1, 2, {16.7, 0, 0}, 9, 3, {3, 0, 0}, 1},
+    // NLLLossGrad: the gradient of the picked log-probabilities is zero except one element per row;
+    // the kernel fills [N, C] (vector_dup, one repeat per 256 B) and writes it; its inputs are a row
+    // each (target, weight): nothing of the input's size is read.
+    {"NLLLossGrad",      C_ELT,      0, 1, 0, 0, {1, 0, 0},          1, 0, {1, 0, 0}, 1},
 };
 constexpr int kNumVops = int(sizeof(kVops) / sizeof(kVops[0]));
 

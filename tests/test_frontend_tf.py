@@ -31,10 +31,10 @@ from aoe.graph.tf import from_concrete_function, load_tf, training_graph
 from aoe.job import schema
 from aoe.tf.examples import bert_like_encoder, resnet50
 
-# operators the converter emits that the simulator has no kernel model for: the tuner skips them
-# (Keras 3 optimizers write variables with AssignAdd/AssignSub/Assign; the loss is one fused op)
-NO_KERNEL_MODEL = {"Assign", "AssignAdd", "AssignSub", "DivNoNan", "SparseSoftmaxCrossEntropyWithLogits",
-                   "StridedSliceGrad"}
+# operators the converter emits that the simulator has no kernel model for: the tuner skips them (none
+# now: Keras 3's variable updates Assign/AssignAdd/AssignSub, DivNoNan, the fused loss
+# SparseSoftmaxCrossEntropyWithLogits and StridedSliceGrad all have one)
+NO_KERNEL_MODEL: frozenset[str] = frozenset()
 LOG_LINES = ("in tune mode, training graph handled by tools.", "Aoe tuning graph.")
 
 
@@ -551,3 +551,119 @@ def test_the_command_tunes_a_saved_model_with_framework_3(tmp_path: Path, job_en
     bad = subprocess.run(argv[:5] + ["--framework", "3", "-j", "2"], env=job_env, cwd=tmp_path,
                          capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and "dynamic shape" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# ---- issue 26: models nobody here wrote ------------------------------------------------------------
+def _bn_variants_model(with_normalization: bool = True) -> object:
+    """Conv + BatchNormalization(scale=False) + BatchNormalization(center=False) + BatchNormalization()."""
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((8, 8, 3), name="image")
+    x = keras.layers.Normalization(mean=[0.1, 0.2, 0.3], variance=[1.0, 2.0, 3.0])(inp) if with_normalization else inp
+    x = keras.layers.Conv2D(4, 3, use_bias=False)(x)
+    x = keras.layers.BatchNormalization(scale=False)(x)      # InceptionV3's 94 batch norms are these
+    x = keras.layers.Activation("relu")(x)
+    x = keras.layers.Conv2D(4, 3, use_bias=False)(x)
+    x = keras.layers.BatchNormalization(center=False)(x)
+    x = keras.layers.Conv2D(4, 1)(x)
+    x = keras.layers.BatchNormalization()(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    m = keras.Model(inp, keras.layers.Dense(3)(x))
+    m.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return m
+
+
+def test_saved_model_training_trains_only_its_trainable_variables(tmp_path: Path) -> None:
+    """Frozen moving statistics and normalisation constants are constants, not weights: one ApplyAdamD per
+    trainable variable of the SavedModel, and every batch norm in its training form."""
+    m = _bn_variants_model()
+    m.export(str(tmp_path / "saved"), verbose=False)
+    g = aoe.graph.load(tmp_path / "saved", "image:2,8,8,3", framework=3, training=True)
+    types = Counter(op.type for op in g.ops)
+    assert types["ApplyAdamD"] == len(m.trainable_variables) == 10
+    assert types["BNTrainingUpdate"] == types["BNTrainingReduce"] == 3 and "BNInfer" not in types
+    # the moving statistics (and the Normalization layer's mean / variance) stay constants
+    stats = [n for op in g.ops if op.type == "BNTrainingUpdate" for n in op.inputs[5:7]]
+    assert len(stats) == 6 and all(g.tensors[n].kind == "const" for n in stats)
+    norm = [op for op in g.ops if op.type in ("Sub", "Maximum", "Sqrt", "RealDiv")]  # (x - mean) / sqrt(var)
+    assert norm and all(g.tensors[n].kind != "param" for op in norm for n in op.inputs)
+    assert not describe_failures(g) and not g.unsupported
+
+
+def test_batch_norm_without_scale_or_center_in_both_routes(tmp_path: Path) -> None:
+    """BatchNormalization(scale=False / center=False) is CANN's batch norm in the traced step (training
+    form + gradients) and in a SavedModel (BNInfer); the missing gamma / beta is a constant."""
+    m = _bn_variants_model(with_normalization=False)
+    m.optimizer.build(m.trainable_variables)
+    for batch in (2, 1):   # a batch of 1 reduces an axis of size 1: the Mean's axes say so, not the shapes
+        g = training_graph(m.train_step, (tf.zeros((batch, 8, 8, 3)), tf.zeros((batch,), tf.int32)),
+                           optimizer_variables=m.optimizer.variables)
+        types = Counter(op.type for op in g.ops)
+        assert types["BNTrainingUpdate"] == types["BNTrainingUpdateGrad"] == types["BNTrainingReduceGrad"] == 3
+        assert "SquaredDifference" not in types and "Rsqrt" not in types
+        fixed = [n for n, t in g.tensors.items() if n.endswith(("gamma_fixed", "beta_fixed"))]
+        assert len(fixed) == 2 and all(g.tensors[n].kind == "const" for n in fixed)
+        assert not describe_failures(g)
+    m.export(str(tmp_path / "saved"), verbose=False)
+    inf = aoe.graph.load(tmp_path / "saved", "image:2,8,8,3", framework=3)
+    assert Counter(op.type for op in inf.ops)["BNInfer"] == 3
+    assert {op.type for op in inf.ops} <= {"Conv2D", "BNInfer", "Relu", "ReduceMeanD", "MatMulV2"}
+
+
+def test_keras_lstm_and_gru_map_to_cann_recurrent_operators() -> None:
+    """A Keras LSTM and GRU (their While loops and gradient loops) are DynamicRNN / DynamicGRUV2 and their
+    gradients, with CANN's inputs (time-major x, w = [kernel; recurrent_kernel], zero initial states)."""
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((12, 8))
+    x = keras.layers.LSTM(16, return_sequences=True)(inp)
+    x = keras.layers.GRU(24)(x)
+    m = keras.Model(inp, keras.layers.Dense(3)(x))
+    m.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    m.optimizer.build(m.trainable_variables)
+    g = training_graph(m.train_step, (tf.zeros((4, 12, 8)), tf.zeros((4,), tf.int32)),
+                       optimizer_variables=m.optimizer.variables)
+    types = Counter(op.type for op in g.ops)
+    for t in ("DynamicRNN", "DynamicRNNGrad", "DynamicGRUV2", "DynamicGRUV2Grad"):
+        assert types[t] == 1, t
+    assert not g.unsupported and "Opaque" not in types
+    # everything around them is priced (their own kernel model is the recurrent one of aoe/ops)
+    assert set(describe_failures(g)) <= {"DynamicRNN", "DynamicRNNGrad", "DynamicGRUV2", "DynamicGRUV2Grad"}
+    shape = {n: g.tensors[n].shape for n in g.tensors}
+    rnn = next(op for op in g.ops if op.type == "DynamicRNN")
+    assert [shape[n] for n in rnn.inputs] == [(12, 4, 8), (24, 64), (64,), (4,), (1, 4, 16), (1, 4, 16)]
+    assert g.tensors[rnn.inputs[3]].dtype == "int32" and len(rnn.outputs) == 8
+    assert rnn.attrs["direction"] == "UNIDIRECTIONAL" and rnn.attrs["hidden_size"] == 16
+    assert rnn.attrs["gate_order"] == "ifjo" and rnn.attrs["time_major"] and rnn.attrs["is_training"]
+    gru = next(op for op in g.ops if op.type == "DynamicGRUV2")
+    assert [shape[n] for n in gru.inputs] == [(12, 4, 16), (16, 72), (24, 72), (72,), (72,), (4,), (1, 4, 24)]
+    assert gru.attrs["hidden_size"] == 24 and gru.attrs["gate_order"] == "zrh" and len(gru.outputs) == 6
+    rnn_grad = next(op for op in g.ops if op.type == "DynamicRNNGrad")
+    assert len(rnn_grad.inputs) == 16 and [shape[n] for n in rnn_grad.outputs[:3]] == [(24, 64), (64,), (12, 4, 8)]
+    gru_grad = next(op for op in g.ops if op.type == "DynamicGRUV2Grad")
+    assert len(gru_grad.inputs) == 12 and shape[gru_grad.outputs[4]] == (12, 4, 16)
+    # the weights' gradients reach the optimizer (Keras' Adam reads each in its moment updates)
+    split = next(op for op in g.ops if op.type == "SplitV" and op.inputs == [rnn_grad.outputs[0]])
+    pack = next(op for op in g.ops if op.type == "Pack" and op.inputs == gru_grad.outputs[2:4])
+    read = {i for op in g.ops for i in op.inputs}
+    for n in split.outputs + [rnn_grad.outputs[1]] + gru_grad.outputs[:2] + pack.outputs:
+        assert n in read, n
+    assert [shape[n] for n in split.outputs] == [(8, 64), (16, 64)] and shape[pack.outputs[0]] == (2, 72)
+
+
+def test_keras_application_bench_row_prices_everything_but_dropouts_random_ops(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench/frontend_tf_bench.py's row for a Keras application (MobileNetV3Small, random weights, 96x96):
+    TF ops traced vs aoe ops, every operator priced except dropout's random-number ops, and the cases'
+    provenance adding up to the result file's counters."""
+    import runpy
+
+    folder = Path(__file__).resolve().parents[1] / "bench"
+    monkeypatch.syspath_prepend(str(folder))    # as `python bench/frontend_tf_bench.py` runs it
+    bench = runpy.run_path(str(folder / "frontend_tf_bench.py"), run_name="aoe_bench_module")
+    row = bench["app_row"]("MobileNetV3Small", 2, 200, tmp_path, size=96)
+    assert row["tf_ops"] > row["aoe_ops"] > 0 and row["priced"] + row["skipped"] + row["views"] == row["aoe_ops"]
+    assert set(row["unconverted_tf_types"]) == {"StatelessRandomGetKeyCounter", "StatelessRandomUniformV2"}
+    assert row["skipped"] == 2 and all("StatelessRandom" in r for r in row["skipped_reasons"])
+    s = row["repo_summary"]
+    assert row["distinct_cases"] == s["total_num"] and row["cases_builtin"] + row["cases_custom"] == s["repo_hit_num"]
+    assert row["cases_new"] == s["repo_add_num"] and row["status"] == "tuning successful"
+    assert row["capture_convert"]["cpu_s"] > 0 and row["tuning"]["cpu_s"] > 0

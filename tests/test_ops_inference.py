@@ -269,3 +269,56 @@ def test_job_console_and_log_name_each_skipped_operator(env: Path) -> None:
         assert sorted((r[0], r[1]) for r in rows) == [("atan1", "Opaque(Atan)"), ("hyp", "Hypot")]
         text = "\n".join(res.summary_lines())
         assert "Opaque(Atan) x1" in text and "Hypot x1" in text and str(res.skipped_log) in text
+
+
+# --- losses, GatherElements and SquaredDifference (issue 26: converted but skipped before) -----------------
+def _graph(op_type: str, inputs: list[tuple], outputs: list[tuple], **attrs: object) -> aoe.graph.Graph:
+    """One operator; tensors as (shape, dtype)."""
+    from aoe.graph.ir import Graph, Op, Tensor
+
+    tensors = {}
+    for prefix, specs in (("in", inputs), ("out", outputs)):
+        for i, (shape, dtype) in enumerate(specs):
+            tensors[f"{prefix}{i}"] = Tensor(f"{prefix}{i}", tuple(shape), dtype, "ND",
+                                             "input" if prefix == "in" else "activation")
+    ins, outs = [f"in{i}" for i in range(len(inputs))], [f"out{i}" for i in range(len(outputs))]
+    return Graph("g", tensors, [Op("op", op_type, ins, outs, dict(attrs))], ins, outs)
+
+
+def _loss_graphs(n: int) -> dict[str, aoe.graph.Graph]:
+    c, h = "float16", "int32"
+    return {
+        "SparseSoftmaxCrossEntropyWithLogits": _graph("SparseSoftmaxCrossEntropyWithLogits",
+                                                      [((n, 1000), c), ((n,), h)], [((n,), c), ((n, 1000), c)]),
+        "SoftmaxCrossEntropyWithLogits": _graph("SoftmaxCrossEntropyWithLogits", [((n, 1000), c), ((n, 1000), c)],
+                                                [((n,), c), ((n, 1000), c)]),
+        "NLLLoss": _graph("NLLLoss", [((n, 1000), c), ((n,), h), ((1000,), c)], [((), c), ((), c)], reduction=1),
+        "NLLLossGrad": _graph("NLLLossGrad", [((n, 1000), c), ((), c), ((n,), h), ((1000,), c), ((), c)],
+                              [((n, 1000), c)], reduction=1),
+        "GatherElements": _graph("GatherElements", [((n, 1000), c), ((n, 256), h)], [((n, 256), c)], axis=1),
+        "SquaredDifference": _graph("SquaredDifference", [((n, 64, 56, 56), c), ((1, 64, 1, 1), c)],
+                                    [((n, 64, 56, 56), c)]),
+    }
+
+
+def test_losses_gather_elements_and_squared_difference_are_priced_and_tuned() -> None:
+    """Every Keras classifier's loss, torch's NLLLoss pair, GatherElements and a decomposed norm's
+    SquaredDifference have a kernel model: priced (more data, more time), none skipped, and tuned."""
+    from aoe import opat
+
+    small, large = _loss_graphs(32), _loss_graphs(1024)
+    for name in small:
+        cs, cl = describe(small[name], small[name].ops[0]), describe(large[name], large[name].ops[0])
+        rs, rl = simulate("Ascend910B2", cs.default.sim_op), simulate("Ascend910B2", cl.default.sim_op)
+        assert rs.valid and rl.valid and 0 < rs.time_us < rl.time_us and rs.hbm_bytes < rl.hbm_bytes, name
+        assert unmodelled(small[name]) == [], name
+        report = opat.tune_graph(small[name], "Ascend910B2", None, opat.OpatConfig(budget=opat.Budget(evaluations=200)))
+        assert report.counters.total_num == 1, name   # a case, not a skipped operator
+    # the cross-entropy is a softmax plus the label term: dearer than the softmax of the same logits
+    xent = simulate("Ascend910B2", describe(large["SparseSoftmaxCrossEntropyWithLogits"],
+                                            large["SparseSoftmaxCrossEntropyWithLogits"].ops[0]).default.sim_op)
+    soft = simulate("Ascend910B2", VectorOp("SoftmaxV2", (1024, 1000), axes=(1,)))
+    assert xent.time_us > soft.time_us
+    # NLLLoss reads one 32-byte block per row, not the whole [N, C] input
+    nll = simulate("Ascend910B2", describe(large["NLLLoss"], large["NLLLoss"].ops[0]).default.sim_op)
+    assert nll.hbm_bytes < 1024 * 1000 * 2 / 10

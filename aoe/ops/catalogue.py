@@ -43,6 +43,10 @@ _VECTOR_AS = {
     "LogSoftmaxV2": "SoftmaxV2", "InstanceNorm": "LayerNorm", "GroupNorm": "LayerNorm", "StridedSliceGrad": "Pad",
     "DepthToSpace": "Transpose", "SpaceToDepth": "Transpose", "InstanceNormGrad": "LayerNormGrad",
     "GroupNormGrad": "LayerNormGrad",
+    # data movement priced by what moves: GatherElements' output (one picked element each), NLLLoss
+    # one 32-byte block per row of its input (the target's element: MTE2's granularity), summed; Pack
+    # is a Concat along a new axis
+    "GatherElements": "Gather", "NLLLoss": "ReduceSumD", "Pack": "Concat",
     # the gradient of a resize sums each input pixel's share of dy: a pooling window of dy per input pixel
     "ResizeNearestNeighborV2Grad": "AvgPool", "ResizeBilinearV2Grad": "AvgPool",
     "ClipByValueGrad": "AbsGrad", "ReciprocalGrad": "SigmoidGrad", "RsqrtGrad": "SigmoidGrad", "CosGrad": "SinGrad",
@@ -58,7 +62,8 @@ _VECTOR_AS = {
 }
 _RESIZE_OPS = ("ResizeNearestNeighborV2", "ResizeBilinearV2")
 _ROW_OPS = ("SoftmaxV2", "SoftmaxGrad", "LayerNorm", "LayerNormGrad", "ReduceSumD", "ReduceMeanD",
-            "ReduceMaxD", "BNTrainingReduce", "BNTrainingUpdateGrad", "ArgMaxV2")
+            "ReduceMaxD", "BNTrainingReduce", "BNTrainingUpdateGrad", "ArgMaxV2",
+            "SparseSoftmaxCrossEntropyWithLogits", "SoftmaxCrossEntropyWithLogits")
 
 
 class Unsupported(AoeError):
@@ -295,8 +300,10 @@ def _vector_case(graph: Graph, op: Op) -> OpCase:
     outs = [graph.tensors[t] for t in op.outputs]
     if not ins:
         raise Unsupported(f"{op.type} has no inputs")
-    main = max(ins + outs, key=lambda t: _prod(t.shape)) if name in ("Tile", "Pad", "Concat", "Gather") \
-        else outs[0] if name in _RESIZE_OPS and outs else max(ins, key=lambda t: _prod(t.shape))
+    main = outs[0] if op.type == "GatherElements" and outs \
+        else max(ins + outs, key=lambda t: _prod(t.shape)) if name in ("Tile", "Pad", "Concat", "Gather") \
+        else outs[0] if (name in _RESIZE_OPS or name == "NLLLossGrad") and outs \
+        else max(ins, key=lambda t: _prod(t.shape))
     shape = tuple(int(d) for d in main.shape) or (1,)
     if op.type in _REGROUPED:
         shape = _REGROUPED[op.type](shape, op.attrs)
@@ -341,7 +348,7 @@ def _vector_case(graph: Graph, op: Op) -> OpCase:
     if name == "Cast":
         out_dtype = _sim_dtype(outs[0].dtype) if outs else dtype
         kwargs["out_dtype"] = out_dtype
-    if name in ("Add", "Sub", "Mul", "RealDiv", "Maximum", "Minimum") and len(ins) >= 2:
+    if name in ("Add", "Sub", "Mul", "RealDiv", "Maximum", "Minimum", "SquaredDifference") and len(ins) >= 2:
         other = min(ins[:2], key=lambda t: _prod(t.shape))
         if tuple(other.shape) != shape and len(other.shape) <= len(shape):
             padded = (1,) * (len(shape) - len(other.shape)) + tuple(other.shape)
@@ -580,6 +587,7 @@ _REGROUPED = {
     "GroupNorm": _group_shape, "GroupNormGrad": _group_shape,
     "DepthToSpace": lambda s, a: _block_shape(s, a, True, a.get("mode") == "CRD"),
     "SpaceToDepth": lambda s, a: _block_shape(s, a, False, False),
+    "NLLLoss": lambda s, a: (_prod(s[:-1]) if len(s) > 1 else 1, min(int(s[-1]), 16)),
 }
 _REGROUP_PERM = {
     "DepthToSpace": lambda a: (0, 1, 4, 2, 5, 3) if a.get("mode") == "CRD" else (0, 3, 4, 1, 5, 2),

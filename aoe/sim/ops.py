@@ -44,7 +44,9 @@ VECTOR_ALIASES = {"AddV2": "Add", "Div": "RealDiv", "ReduceSum": "ReduceSumD", "
                   "ArgMinD": "ArgMaxV2", "ResizeNearestNeighbor": "ResizeNearestNeighborV2",
                   "ResizeBilinear": "ResizeBilinearV2", "MinimumGrad": "MaximumGrad",
                   # TensorFlow's in-place variable updates (Keras 3 optimizers) and safe division
-                  "AssignAdd": "Add", "AssignSub": "Sub", "DivNoNan": "RealDiv"}
+                  "AssignAdd": "Add", "AssignSub": "Sub", "DivNoNan": "RealDiv",
+                  # Assign copies the value into the variable's buffer: data movement only, like a slice
+                  "Assign": "Slice"}
 
 MAX_DIM = 1 << 31
 

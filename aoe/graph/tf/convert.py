@@ -50,6 +50,9 @@ class Source:
     name: str = "model"
     training: bool = False
     input_names: list[str] | None = None                      # IR names of ``inputs`` (default: TF names)
+    # a frozen SavedModel: the Const ops that hold a trainable variable (None: not known, as in a frozen
+    # GraphDef, where every float constant with more than one element is taken for a weight)
+    trainable_consts: set[str] | None = None
 
 
 class Converter:
@@ -250,7 +253,9 @@ class Converter:
             n = 1
             for d in s:
                 n *= max(d, 0)
-            kind = "param" if (t.dtype.name in _FLOAT and n > 1 and not self.src.training) else "const"
+            weights = self.src.trainable_consts
+            kind = "param" if (t.dtype.name in _FLOAT and n > 1 and not self.src.training
+                               and (weights is None or op.name in weights)) else "const"
             return self._register(t, kind=kind)
         if op.type == "Placeholder":
             # a captured tensor that is not a variable: a constant of the step
@@ -345,6 +350,8 @@ class Converter:
         y = reg.roles.get("y")
         if y is not None and reg.kind != "softmax_grad":
             self._register(y)
+        for t in reg.roles.get("outputs", ()):  # a recurrent layer's sequence / last output
+            self._register(t)
         if reg.has_grad:
             x = reg.roles.get("x", reg.roles.get("y"))
             names: dict[str, str] = {}
@@ -353,13 +360,21 @@ class Converter:
                     if role == "dx":
                         shape, dtype = self.ir_shape(x), self.ir_dtype(x.dtype)
                     else:
-                        r = reg.roles["gamma" if role == "dgamma" else "beta"]
+                        r = reg.roles[role[1:]]  # dgamma -> gamma, dbeta -> beta, dkernel -> kernel ...
                         p = self.tensors[self.variable_by_id(r) if isinstance(r, str) else self.inp(r)]
                         shape, dtype = p.shape, p.dtype
                     names[role] = self.new_tensor(f"{reg.scope}/grad/{role}", shape, dtype)
                 self.alias[tname] = names[role]
                 self.fused_alias.add(names[role])
             reg.attrs["_grad_names"] = names
+
+    def region_grad(self, reg: Region, role: str, shape: tuple[int, ...], dtype: str) -> str:
+        """The IR tensor a fused region writes its gradient ``role`` (dx, dgamma ...) to."""
+        name = reg.attrs.get("_grad_names", {}).get(role)
+        if name is None:
+            # a gradient nobody reads outside the region (e.g. of a frozen parameter): still written
+            return self.new_tensor(f"{reg.scope}/grad/{role}", shape, dtype)
+        return name
 
     def variable_by_id(self, vid: str) -> str:
         """The IR tensor of a variable given its id."""

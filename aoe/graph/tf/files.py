@@ -23,13 +23,14 @@ def load_model(path: Path, shapes: dict[str, tuple[int, ...]], compute_dtype: st
         if not (path / "saved_model.pb").is_file():
             raise AoeError(f"{str(path)!r} is a directory without saved_model.pb; pass a SavedModel directory "
                            "or a frozen GraphDef .pb file")
-        graph_def, inputs, outputs = _saved_model(path)
+        graph_def, inputs, outputs, weights = _saved_model(path)
     elif path.is_file():
         graph_def = _read_graph_def(path)
         inputs, outputs = _graph_io(graph_def)
+        weights = None  # a frozen GraphDef does not say which constants were trainable variables
     else:
         raise AoeError(f"model path {str(path)!r} is not a regular file or a SavedModel directory")
-    return _import(graph_def, inputs, outputs, shapes, compute_dtype, name)
+    return _import(graph_def, inputs, outputs, shapes, compute_dtype, name, weights)
 
 
 def _read_graph_def(path: Path) -> Any:
@@ -57,8 +58,9 @@ def _read_graph_def(path: Path) -> Any:
     return gd
 
 
-def _saved_model(path: Path) -> tuple[Any, list[tuple[str, str]], list[str]]:
-    """The serving signature frozen to a GraphDef; inputs as (signature name, placeholder op name)."""
+def _saved_model(path: Path) -> tuple[Any, list[tuple[str, str]], list[str], set[str]]:
+    """The serving signature frozen to a GraphDef; inputs as (signature name, placeholder op name); the
+    names of the constants that hold the SavedModel's trainable variables (the only weights to train)."""
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import (
         convert_variables_to_constants_v2,
@@ -74,12 +76,17 @@ def _saved_model(path: Path) -> tuple[Any, list[tuple[str, str]], list[str]]:
                        "(model.export(path) or tf.saved_model.save(..., signatures=...))")
     fn = sigs[_SIGNATURE] if _SIGNATURE in sigs else sigs[min(sigs)]
     frozen = convert_variables_to_constants_v2(fn)
+    # freezing turns each captured variable handle into a Const of the capture's name; only those of
+    # trainable variables are weights (moving statistics, normalisation constants ... stay constants)
+    trainable = {id(getattr(v, "handle", v)) for v in getattr(loaded, "trainable_variables", ()) or ()}
+    weights = {internal.op.name for ext, internal in fn.graph.captures
+               if internal.dtype.name == "resource" and id(ext) in trainable}
     _, kw = fn.structured_input_signature
     names = sorted(kw) if kw else []
     placeholders = [t.op.name for t in frozen.inputs if t.dtype.name not in ("resource",)]
     inputs = list(zip(names, placeholders)) if len(names) == len(placeholders) else [(p, p) for p in placeholders]
     outputs = [t.name for t in frozen.outputs]
-    return frozen.graph.as_graph_def(), inputs, outputs
+    return frozen.graph.as_graph_def(), inputs, outputs, weights
 
 
 def _graph_io(gd: Any) -> tuple[list[tuple[str, str]], list[str]]:
@@ -93,7 +100,7 @@ def _graph_io(gd: Any) -> tuple[list[tuple[str, str]], list[str]]:
 
 
 def _import(gd: Any, inputs: list[tuple[str, str]], outputs: list[str], shapes: dict[str, tuple[int, ...]],
-            compute_dtype: str, name: str) -> Any:
+            compute_dtype: str, name: str, weights: set[str] | None = None) -> Any:
     import tensorflow as tf
 
     from .convert import Converter, Source
@@ -133,5 +140,6 @@ def _import(gd: Any, inputs: list[tuple[str, str]], outputs: list[str], shapes: 
             raise AoeError(f"{name!r}: TensorFlow cannot import the graph with these input shapes "
                            f"({type(exc).__name__}: {str(exc)[:300]})") from None
     outs = [o for o in outs if hasattr(o, "dtype")]
-    src = Source(g, fixed, outs, name=name, training=False, input_names=[a for a, _ in inputs])
+    src = Source(g, fixed, outs, name=name, training=False, input_names=[a for a, _ in inputs],
+                 trainable_consts=weights)
     return Converter(src, compute_dtype).run()

@@ -15,6 +15,7 @@ from typing import Any
 
 from . import layout
 from .convert import Converter
+from .recurrent import emit_rnn
 from .scopes import Region
 
 UNARY = {
@@ -69,6 +70,10 @@ def convert_op(cv: Converter, op: Any) -> None:
     handler = _HANDLERS.get(t) or next((h for family, h in _FAMILIES if t in family), None)
     if handler is None:
         cv.opaque(op, "no CANN mapping for this TensorFlow operator")
+        return
+    if any(i.dtype.name == "variant" for i in op.inputs):
+        # a TensorList (or other variant) of a loop kept opaque: nothing here reads one
+        cv.opaque(op, "reads a TensorList of a loop that is not converted")
         return
     skip = WORKSPACE.get(t, ())
     if any(o.shape.rank is None for i, o in enumerate(op.outputs)
@@ -502,23 +507,23 @@ _HANDLERS: dict[str, Callable[[Converter, Any], None]] = {
 # ---- fused regions (scopes.py) -------------------------------------------------------------------
 def emit_region(cv: Converter, reg: Region) -> None:
     """The CANN operators of one fused name-scope region."""
-    {"batchnorm": _emit_bn, "batchnorm_infer": _emit_bn_infer, "layernorm": _emit_ln, "gelu": _emit_gelu, "softmax_grad": _emit_softmax_grad}[reg.kind](cv, reg)
+    {"batchnorm": _emit_bn, "batchnorm_infer": _emit_bn_infer, "layernorm": _emit_ln, "gelu": _emit_gelu,
+     "softmax_grad": _emit_softmax_grad, "rnn": emit_rnn}[reg.kind](cv, reg)
 
 
-def _grad_out(cv: Converter, reg: Region, role: str, shape: tuple[int, ...], dtype: str) -> str:
-    name = reg.attrs.get("_grad_names", {}).get(role)
-    if name is None:
-        # a gradient nobody reads outside the region (e.g. of a frozen parameter): still written
-        return cv.new_tensor(f"{reg.scope}/grad/{role}", shape, dtype)
-    return name
+def _fixed_affine(cv: Converter, reg: Region, role: str, c: tuple[int, ...]) -> str:
+    """The constant ones (gamma) / zeros (beta) CANN's batch norm reads where Keras has no variable
+    (``scale=False`` / ``center=False``)."""
+    return cv.new_tensor(f"{reg.scope}/{role}_fixed", c, "float32", "const")
 
 
 def _emit_bn(cv: Converter, reg: Region) -> None:
     x, y = reg.roles["x"], reg.roles["y"]
     xi = cv.inp(x)
-    gamma, beta = cv.variable_by_id(reg.roles["gamma"]), cv.variable_by_id(reg.roles["beta"])
     mean, var = cv.variable_by_id(reg.roles["moving_mean"]), cv.variable_by_id(reg.roles["moving_variance"])
-    c = cv.tensors[gamma].shape
+    c = cv.tensors[mean].shape
+    gamma, beta = (cv.variable_by_id(reg.roles[k]) if k in reg.roles else _fixed_affine(cv, reg, k, c)
+                   for k in ("gamma", "beta"))
     eps = reg.attrs.get("epsilon", 1e-3)
     s = cv.new_tensor(f"{reg.scope}/bn_sum", c, "float32")
     sq = cv.new_tensor(f"{reg.scope}/bn_square_sum", c, "float32")
@@ -533,11 +538,11 @@ def _emit_bn(cv: Converter, reg: Region) -> None:
         return
     dy = cv.inp(reg.roles["dy"])
     dt = cv.tensors[gamma].dtype
-    ds = _grad_out(cv, reg, "dgamma", c, dt)
-    do = _grad_out(cv, reg, "dbeta", c, dt)
+    ds = cv.region_grad(reg, "dgamma", c, dt)
+    do = cv.region_grad(reg, "dbeta", c, dt)
     cv.emit(None, "BNTrainingUpdateGrad", [dy, xi, outs[3], outs[4]], {"epsilon": eps}, outputs=[ds, do],
             name=f"{reg.scope}/update_grad")
-    dx = _grad_out(cv, reg, "dx", cv.tensors[xi].shape, cv.tensors[xi].dtype)
+    dx = cv.region_grad(reg, "dx", cv.tensors[xi].shape, cv.tensors[xi].dtype)
     cv.emit(None, "BNTrainingReduceGrad", [dy, xi, ds, do, gamma, outs[3], outs[4]], {"epsilon": eps}, outputs=[dx],
             name=f"{reg.scope}/reduce_grad")
 
@@ -553,7 +558,11 @@ def _peel(t: Any) -> Any:
 
 def _emit_bn_infer(cv: Converter, reg: Region) -> None:
     r = reg.roles
-    ins = [cv.inp(r["x"])] + [cv.inp(_peel(r[k])) for k in ("gamma", "beta", "mean", "variance")]
+    mean = cv.inp(_peel(r["mean"]))
+    c = cv.tensors[mean].shape
+    gamma, beta = (cv.inp(_peel(r[k])) if r.get(k) is not None else _fixed_affine(cv, reg, k, c)
+                   for k in ("gamma", "beta"))
+    ins = [cv.inp(r["x"]), gamma, beta, mean, cv.inp(_peel(r["variance"]))]
     cv.emit(None, "BNInfer", ins, {"epsilon": reg.attrs.get("epsilon", 1e-3)}, outputs=[cv.alias[r["y"].name]],
             name=f"{reg.scope}/batchnorm")
 
@@ -575,9 +584,9 @@ def _emit_ln(cv: Converter, reg: Region) -> None:
     if not reg.has_grad:
         return
     dy = cv.inp(reg.roles["dy"])
-    dx = _grad_out(cv, reg, "dx", xs, dt)
-    dg = _grad_out(cv, reg, "dgamma", cv.tensors[gamma].shape, cv.tensors[gamma].dtype)
-    db = _grad_out(cv, reg, "dbeta", cv.tensors[beta].shape, cv.tensors[beta].dtype)
+    dx = cv.region_grad(reg, "dx", xs, dt)
+    dg = cv.region_grad(reg, "dgamma", cv.tensors[gamma].shape, cv.tensors[gamma].dtype)
+    db = cv.region_grad(reg, "dbeta", cv.tensors[beta].shape, cv.tensors[beta].dtype)
     cv.emit(None, "LayerNormGrad", [dy, xi, var, mean, gamma], {"begin_norm_axis": axis, "begin_params_axis": axis},
             outputs=[dx, dg, db], name=f"{reg.scope}/layer_norm_grad")
 
@@ -587,7 +596,7 @@ def _emit_gelu(cv: Converter, reg: Region) -> None:
     xi, yi = cv.inp(x), cv.alias[y.name]
     cv.emit(None, "Gelu", [xi], {"approximate": reg.attrs["approximate"]}, outputs=[yi], name=f"{reg.scope}")
     if reg.has_grad:
-        dx = _grad_out(cv, reg, "dx", cv.tensors[xi].shape, cv.tensors[xi].dtype)
+        dx = cv.region_grad(reg, "dx", cv.tensors[xi].shape, cv.tensors[xi].dtype)
         cv.emit(None, "GeluGrad", [cv.inp(reg.roles["dy"]), xi, yi], {"approximate": reg.attrs["approximate"]},
                 outputs=[dx], name=f"{reg.scope}/grad")
 
@@ -595,7 +604,7 @@ def _emit_gelu(cv: Converter, reg: Region) -> None:
 def _emit_softmax_grad(cv: Converter, reg: Region) -> None:
     y = reg.roles["y"]
     yi = cv.inp(y)
-    dx = _grad_out(cv, reg, "dx", cv.tensors[yi].shape, cv.tensors[yi].dtype)
+    dx = cv.region_grad(reg, "dx", cv.tensors[yi].shape, cv.tensors[yi].dtype)
     axes = [len(cv.tensors[yi].shape) - 1]
     cv.emit(None, "SoftmaxGrad", [yi, cv.inp(reg.roles["dy"])], {"axes": axes}, outputs=[dx],
             name=f"{reg.scope}/grad")

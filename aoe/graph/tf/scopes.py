@@ -11,7 +11,10 @@ name scope ("scope fusion passes"); this module does the same:
   becomes ``BNTrainingUpdateGrad`` + ``BNTrainingReduceGrad``), reducing a suffix of the axes is a
   layer norm (``LayerNorm`` / ``LayerNormGrad``);
 - a scope ``.../Gelu`` holding Erf/Erfc (or Tanh) is ``Gelu`` (gradient: ``GeluGrad``);
-- the gradient scope of a ``Softmax`` op is ``SoftmaxGrad``.
+- the gradient scope of a ``Softmax`` op is ``SoftmaxGrad``;
+- a Keras ``LSTM`` / ``GRU`` layer (a ``While`` loop over its cell, whose variables are
+  ``.../lstm_cell/...`` or ``.../gru_cell/...``) is CANN's ``DynamicRNN`` / ``DynamicGRUV2``, its
+  gradient scope (the gradient ``While``) ``DynamicRNNGrad`` / ``DynamicGRUV2Grad``.
 
 A region is fused only when its boundary is what the fused operator reads and writes (one input
 activation, one output, the expected variables, gradient outputs of the right shapes); otherwise it
@@ -29,7 +32,7 @@ GRAD_PREFIX = "gradient_tape/"
 class Region:
     """A fused layer: its TF ops, the tensors it reads and writes by role, its gradient outputs."""
 
-    kind: str                                   # batchnorm | layernorm | gelu | softmax_grad
+    kind: str                                   # batchnorm | layernorm | gelu | softmax_grad | rnn
     scope: str
     ops: set[str]
     roles: dict[str, Any]                       # x, y, dy, gamma, beta, moving_mean, moving_variance (TF tensors/vars)
@@ -55,6 +58,9 @@ def find_regions(ops: list[Any], live: set[str], var_of: dict[str, str], var_nam
             reg = _gelu_region(op, by_name, live)
         elif op.type == "Softmax":
             reg = _softmax_grad_region(op, by_name, live)
+        elif op.type in ("While", "StatelessWhile") and op.name.endswith("/while") \
+                and not op.name.startswith(GRAD_PREFIX):
+            reg = _rnn_region(op, by_name, live, var_of, var_names)
         if reg is not None and not (reg.ops & taken):
             taken |= reg.ops
             regions.append(reg)
@@ -171,8 +177,10 @@ def _norm_region(mean_op: Any, by_name: dict[str, Any], live: set[str], var_of: 
     xs, ms = _shape(x), _shape(mean_op.outputs[0])
     if xs is None or ms is None or len(xs) != len(ms) or x.op.name in region or -1 in xs:
         return None
-    reduced = [i for i in range(len(xs)) if ms[i] == 1 and xs[i] != 1]
     rank = len(xs)
+    reduced = _mean_axes(mean_op, rank)
+    if reduced is None:  # axes not a constant: the ones the shapes say are reduced
+        reduced = [i for i in range(rank) if ms[i] == 1 and xs[i] != 1]
     if reduced == list(range(rank - 1)):
         kind = "batchnorm"
     elif reduced and reduced == list(range(reduced[0], rank)):
@@ -192,7 +200,9 @@ def _norm_region(mean_op: Any, by_name: dict[str, Any], live: set[str], var_of: 
             for role in ("gamma", "beta", "moving_mean", "moving_variance"):
                 if base == role:
                     roles[role] = vid
-    need = ("gamma", "beta", "moving_mean", "moving_variance") if kind == "batchnorm" else ("gamma", "beta")
+    # a batch norm without gamma (scale=False) or beta (center=False) has no such variable: the fused
+    # operator takes ones / zeros there (what CANN's BNTrainingUpdate reads)
+    need = ("moving_mean", "moving_variance") if kind == "batchnorm" else ("gamma", "beta")
     if kind == "layernorm" and any(r not in roles for r in need):
         roles.update(_affine_by_use(by_name, fwd, ins, x))
     if any(r not in roles for r in need):
@@ -220,28 +230,80 @@ def _norm_region(mean_op: Any, by_name: dict[str, Any], live: set[str], var_of: 
     return reg
 
 
+def _mean_axes(mean_op: Any, rank: int) -> list[int] | None:
+    """The constant reduction axes of a ``Mean`` (sorted, non-negative): a batch of 1 or a 1x1 feature
+    map reduces an axis of size 1, which the shapes alone do not show."""
+    if len(mean_op.inputs) < 2 or not _is_const(mean_op.inputs[1]):
+        return None
+    try:
+        import tensorflow as tf
+
+        v = tf.get_static_value(mean_op.inputs[1])
+    except Exception:  # noqa: BLE001 - not evaluable statically: the caller falls back to the shapes
+        return None
+    if v is None:
+        return None
+    axes = sorted({int(a) % rank for a in v.reshape(-1).tolist()}) if rank else []
+    return axes or None
+
+
 def _bn_infer_region(rsqrt: Any, by_name: dict[str, Any], live: set[str]) -> Region | None:
-    """``tf.nn.batch_normalization`` with given statistics (inference, or a frozen model): ``BNInfer``."""
+    """``tf.nn.batch_normalization`` with given statistics (inference, or a frozen model): ``BNInfer``.
+
+    ``inv = rsqrt(var + eps) [* gamma]; y = x * inv + (beta - mean * inv)`` (without beta: ``+ (-mean) * inv``),
+    found by dataflow so that ``scale=False`` / ``center=False`` (no gamma / beta) are recognised too.
+    """
     scope = rsqrt.name[: -len("/batchnorm/Rsqrt")]
     if scope + "/moments/mean" in by_name:
         return None  # training: the moments region handles it
     b = scope + "/batchnorm/"
-    parts = {k: by_name.get(b + k) for k in ("add", "mul", "mul_1", "mul_2", "sub", "add_1")}
-    if any(v is None for v in parts.values()):
-        return None
     fwd, grad = _collect(by_name, scope)
     if any(n in live for n in grad):
         return None  # differentiated through fixed statistics: leave it decomposed
     region = {n for n in fwd if n.startswith(b)}
+    add = rsqrt.inputs[0].op
+    if add.type not in ("AddV2", "Add") or add.name not in region:
+        return None
+    var = add.inputs[0]
+    cshape = _shape(rsqrt.outputs[0])
+
+    def users(t: Any, kind: tuple[str, ...]) -> list[Any]:
+        return [c for c in t.consumers() if c.name in region and c.type in kind]
+
+    inv, gamma = rsqrt.outputs[0], None
+    first = users(inv, ("Mul",))
+    if len(first) == 1 and _shape(first[0].outputs[0]) == cshape:
+        # the one user of rsqrt is the scaling by gamma (without gamma it has two: x * inv, mean * inv)
+        gamma = next((t for t in first[0].inputs if t.name != inv.name), None)
+        inv = first[0].outputs[0]
+    muls = users(inv, ("Mul",))
+    xmul = [m for m in muls if _shape(m.outputs[0]) != cshape]
+    mmul = [m for m in muls if _shape(m.outputs[0]) == cshape]
+    if len(xmul) != 1 or len(mmul) != 1:
+        return None
+    x = next((t for t in xmul[0].inputs if t.name != inv.name), None)
+    mean = next((t for t in mmul[0].inputs if t.name != inv.name), None)
+    subs = users(mmul[0].outputs[0], ("Sub",))
+    beta, y = None, None
+    if mean is not None and mean.op.type == "Neg" and mean.op.name in region:
+        # center=False: y = x * inv + (-mean) * inv
+        mean = mean.op.inputs[0]
+        adds = users(mmul[0].outputs[0], ("AddV2", "Add"))
+        if len(adds) == 1 and xmul[0].outputs[0].name in [t.name for t in adds[0].inputs]:
+            y = adds[0].outputs[0]
+    elif len(subs) == 1 and subs[0].inputs[1].name == mmul[0].outputs[0].name:
+        sub = subs[0]
+        if sub.inputs[0].name == xmul[0].outputs[0].name:
+            y = sub.outputs[0]                                  # center=False: x * inv - mean * inv
+        else:
+            beta = sub.inputs[0]
+            adds = users(sub.outputs[0], ("AddV2", "Add"))
+            if len(adds) == 1 and xmul[0].outputs[0].name in [t.name for t in adds[0].inputs]:
+                y = adds[0].outputs[0]
+    if y is None or x is None or mean is None:
+        return None
     _, outs = _boundary(by_name, region, live)
-    mul = parts["mul"]
-    gamma = next((t for t in mul.inputs if t.op.name != rsqrt.name), None)
-    var = parts["add"].inputs[0]
-    mean = next((t for t in parts["mul_2"].inputs if t.op.name != mul.name), None)
-    beta = next((t for t in parts["sub"].inputs if t.op.name != parts["mul_2"].name), None)
-    x = next((t for t in parts["mul_1"].inputs if t.op.name != mul.name), None)
-    y = parts["add_1"].outputs[0]
-    if None in (gamma, mean, beta, x) or len(outs) != 1 or outs[0].name != y.name or _shape(x) != _shape(y):
+    if len(outs) != 1 or outs[0].name != y.name or _shape(x) != _shape(y):
         return None
     return Region("batchnorm_infer", scope, region,
                   {"x": x, "y": y, "gamma": gamma, "beta": beta, "mean": mean, "variance": var},
@@ -345,3 +407,116 @@ def _softmax_grad_region(op: Any, by_name: dict[str, Any], live: set[str]) -> Re
         return Region("softmax_grad", op.name, region, {"y": y, "dy": dy}, {m2s[0].outputs[0].name: "dx"},
                       has_grad=True)
     return None
+
+
+# ---- Keras LSTM / GRU: the time loop -------------------------------------------------------------
+_RNN_VARS = ("kernel", "recurrent_kernel", "bias")
+
+
+def _const_like(t: Any) -> bool:
+    return _is_const(t) or t.op.type in ("Fill", "ZerosLike", "OnesLike")
+
+
+def _absorb_plumbing(by_name: dict[str, Any], region: set[str], live: set[str]) -> set[str]:
+    """Outside ops that only serve the loops (``zeros_like`` of loop outputs feeding the gradient loop)."""
+    changed = True
+    while changed:
+        changed = False
+        for name, op in by_name.items():
+            if name in region:
+                continue
+            users = [c for t in op.outputs for c in t.consumers() if c.name in live]
+            if not users or any(c.name not in region for c in users):
+                continue
+            if any(t.op.name in region or t.dtype.name == "variant" for t in op.inputs) \
+                    or any(t.dtype.name == "variant" for t in op.outputs):
+                region.add(name)
+                changed = True
+    return region
+
+
+def _loop_var(t: Any, var_of: dict[str, str]) -> str | None:
+    """The variable whose gradient a gradient-loop output accumulates (its initial value is
+    ``zeros(VariableShape(variable))``), or None."""
+    while t.op.type == "Identity" and t.op.inputs:
+        t = t.op.inputs[0]
+    op = t.op
+    if op.type not in ("While", "StatelessWhile") or t.value_index >= len(op.inputs):
+        return None
+    init = op.inputs[t.value_index].op
+    if init.type == "Fill" and init.inputs and init.inputs[0].op.type == "VariableShape":
+        handle = init.inputs[0].op.inputs[0]
+        while handle.op.type in ("While", "StatelessWhile", "Identity") and handle.name not in var_of:
+            # a resource passed through the forward loop: the loop's input of the same index
+            handle = handle.op.inputs[handle.value_index if handle.op.type != "Identity" else 0]
+        return var_of.get(handle.name)
+    return None
+
+
+def _rnn_region(loop: Any, by_name: dict[str, Any], live: set[str], var_of: dict[str, str],
+                var_names: dict[str, str]) -> Region | None:
+    """A Keras LSTM / GRU layer: its time loop, the transposes around it and its gradient loop."""
+    scope = loop.name[: -len("/while")]
+    roles: dict[str, Any] = {}
+    cell = None
+    for t in loop.inputs:
+        if t.dtype.name != "resource":
+            continue
+        vid = var_of.get(t.name)
+        path = var_names.get(vid or "", "")
+        parts = path.split(":")[0].split("/")
+        kind = "lstm" if any(p.startswith("lstm_cell") for p in parts) else \
+            "gru" if any(p.startswith("gru_cell") for p in parts) else None
+        if kind is None or parts[-1] not in _RNN_VARS or (cell is not None and kind != cell):
+            return None
+        cell = kind
+        roles[parts[-1]] = vid
+    if cell is None or "kernel" not in roles or "recurrent_kernel" not in roles:
+        return None
+    fwd, grad = _collect(by_name, scope)
+    region = _absorb_plumbing(by_name, fwd | grad, live)
+    grad |= region - fwd
+    ins, outs = _boundary(by_name, region, live)
+    xs = [t for t in ins if t.dtype.is_floating and not _const_like(t) and t.shape.rank == 3
+          and any(c.name in fwd for c in t.consumers())]
+    if len(xs) != 1:
+        return None  # an initial state given by the model, or a mask: left as it is
+    x = xs[0]
+    b, steps, _ = _shape(x) or (-1, -1, -1)
+    outputs = [t for t in outs if t.op.name in fwd]
+    seq = [t for t in outputs if t.shape.rank == 3]
+    last = [t for t in outputs if t.shape.rank == 2]
+    if len(seq) + len(last) != len(outputs) or len(seq) > 1 or len(last) > 1 or not outputs:
+        return None
+    hidden = int(_shape(outputs[0])[-1])
+    if (seq and _shape(seq[0]) != (b, steps, hidden)) or (last and _shape(last[0]) != (b, hidden)):
+        return None
+    roles.update(x=x, outputs=outputs)
+    reg = Region("rnn", scope, region, roles, attrs={"cell": cell, "hidden": hidden})
+    live_grad = {n for n in grad if n in live}
+    if not live_grad:
+        return reg
+    grads: dict[str, str] = {}
+    for t in outs:
+        if t.op.name not in grad:
+            continue
+        vid = _loop_var(t, var_of)
+        role = next((f"d{k}" for k in _RNN_VARS if vid is not None and roles.get(k) == vid), None)
+        if role is None and _shape(t) == _shape(x):
+            role = "dx"
+        if role is None:
+            return None
+        grads[t.name] = role
+    for t in ins:
+        if t.dtype.is_floating and not _const_like(t) and any(c.name in live_grad for c in t.consumers()):
+            if seq and _shape(t) == _shape(seq[0]) and "dy_seq" not in roles:
+                roles["dy_seq"] = t
+            elif last and _shape(t) == _shape(last[0]) and "dy_last" not in roles:
+                roles["dy_last"] = t
+            elif t.name != x.name:
+                return None
+    if "dy_seq" not in roles and "dy_last" not in roles:
+        return None
+    reg.grad_outputs = grads
+    reg.has_grad = True
+    return reg
