@@ -38,6 +38,7 @@ from ..tuning import FAILED, INCOMPLETE, SUCCESS, Events, Report
 from .inputs import check_inputs, model_bytes, output_file_name, selected_ops, task_name
 from .lock import DeviceLock
 from .progress import Progress, opat_summary, sgat_summary, skipped_entries
+from .records import RECORD_VERSION, PROVENANCES, RecordWriter, opat_case_line, record_path, sgat_subgraph_line, soc_value
 from .result import ResultFile, atomic_write_json, find_interrupted, read_journal, remove_stale_temps
 from .settings import DEFAULT_SOC, JobSettings, JobSpec, _warn, memory_note, settings_from_env
 from .signals import StopFlag
@@ -73,6 +74,9 @@ class JobResult:
     skipped: list[dict[str, Any]] | None = None  # operators not priced: {"op", "op_type", "reason"}
     skipped_log: Path | None = None     # the same list in a file beside the result file
     report_html: Path | None = None     # the HTML report beside the result file (aoe.report)
+    hits: dict[str, int] | None = None  # bank hits by provenance: builtin / custom / this run
+    repeat_tune: bool = False
+    record_file: Path | None = None     # the run's record beside the result file (aoe.job.records)
 
     @property
     def exit_code(self) -> int:
@@ -155,20 +159,79 @@ def _tuner(kind: str, settings: JobSettings) -> _Tuner:
 
 
 class _JobEvents(Events):
-    """The tuner's events as the job handles them: progress bar, result file, resume state, stop flag."""
+    """The tuner's events as the job handles them: progress bar, run record, result file, resume state, stop flag."""
 
-    def __init__(self, progress: Progress, stop: StopFlag, write: Callable[..., None]) -> None:
+    detail = True   # the run's record keeps every case's kernels (or subgraph's plans)
+
+    def __init__(self, progress: Progress, stop: StopFlag, write: Callable[..., None], record: _Record) -> None:
         self.report: Report | None = None
-        self._progress, self._stop, self._write = progress, stop, write
+        self._progress, self._stop, self._write, self._record = progress, stop, write, record
 
     def start(self, n_cases: int, report: Report) -> None:
         self.report = report
+        self._record.start(report)
         self._progress.start(n_cases)
 
     def case_done(self, records: Sequence[Any], hit: bool) -> None:
         label = records[0].label if records else ""
+        self._record.case(self.report, records)
         self._progress.step(hit, label, sum(r.n_ops for r in records))
         self._write(self.report, False, new=records)
+
+
+class _Record:
+    """One task's lines in the run's record (`aoe.job.records`), and its hit provenance counts."""
+
+    def __init__(self, rf: ResultFile, key: str, kind: str, head: dict[str, Any]) -> None:
+        writer = getattr(rf, "record_writer", None)
+        if writer is None:   # one writer per result file: the tasks of one file are one run
+            writer = RecordWriter(rf.path, _added_before(rf.path))
+            rf.record_writer = writer
+        self.writer, self.key, self.kind, self.head = writer, key, kind, head
+        self.hits = {p: 0 for p in PROVENANCES}
+
+    def start(self, report: Any) -> None:
+        line = dict(self.head, t="start", task=self.key)
+        if self.kind == "opat":
+            line["skipped"] = [{"op": r.op_name, "op_type": r.op_type, "reason": str(r.skipped)}
+                               for r in report.records if r.skipped]
+            line["failed"] = [{"op": r.op_name, "op_type": r.op_type, "reason": str(r.error)}
+                              for r in report.records if r.error and not r.case]
+        else:
+            line.update(skipped=list(report.skipped), baseline_us=report.model_baseline_us,
+                        unfused_us=report.model_unfused_us, n_subgraphs=report.n_subgraphs, n_cases=report.n_cases)
+        self.writer.append(line)
+
+    def case(self, report: Any, records: Sequence[Any]) -> None:
+        if not records:
+            return
+        r0 = records[0]
+        if self.kind == "opat":
+            prov = self.writer.provenance(r0.case or r0.op_name, r0.outcome, r0.source)
+            line = opat_case_line(self.key, records, report.index, prov)
+        else:
+            prov = self.writer.provenance(r0.repo_key, r0.outcome.value, r0.source)
+            line = sgat_subgraph_line(self.key, r0, prov)
+        if prov is not None:
+            self.hits[prov] += 1
+        self.writer.append(line)
+
+    def end(self, report: Any, status: str, seconds: float) -> None:
+        line: dict[str, Any] = {"t": "end", "task": self.key, "status": status, "seconds": seconds,
+                                "hits": dict(self.hits)}
+        if report is not None:
+            line["counters"] = report.counters.to_dict()
+        self.writer.append(line)
+
+
+def _added_before(result_path: Path) -> set[str]:
+    """Cases an earlier part of this run (an interrupted job resumed with --reload) added or updated."""
+    from ..report.record import added_cases  # lazily: only a resumed job reads its record back
+
+    try:
+        return added_cases(record_path(result_path))
+    except AoeError:
+        return set()
 
     def should_stop(self) -> bool:
         return self._stop()
@@ -218,9 +281,7 @@ def run_job(spec: JobSpec, settings: JobSettings, *, out: Callable[[str], None] 
 
         if report_html or rep.report_available():
             try:
-                res.report_html = rep.write_report(
-                    res.result_file, graph, soc, task=res.report_key, op_bank_dir=settings.op_bank_dir,
-                    subgraph_bank_dir=settings.subgraph_bank_dir, model=spec.describe(), settings=settings.describe())
+                res.report_html = rep.write_report(res.result_file, task=res.report_key)
             except Exception as exc:  # noqa: BLE001 - the tuning is done and saved: say so, keep the exit code
                 _warn(f"no HTML report: {exc}" if isinstance(exc, AoeError) else
                       f"no HTML report ({type(exc).__name__}: {exc}); the tuning result is complete")
@@ -312,7 +373,10 @@ def _run_stoppable(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, t
     for line in settings.describe(cluster=kind == "opat" and case_executor.get() is not None):
         _say(out, f"  {line}")
     progress = Progress(settings.progress, unit=tuner.unit, force=settings.progress_force)
-    events = _JobEvents(progress, stop, write)
+    head = {"version": RECORD_VERSION, "kind": kind, "tuning_name": tuning_name, "soc": soc_value(soc),
+            "model": spec.record(), "options": settings.pricing_options(kind), "settings": settings.describe()}
+    record = _Record(rf, key, kind, head)
+    events = _JobEvents(progress, stop, write, record)
     report = None
     try:
         report = tuner.tune(graph, soc, tuner.bank_dir, tuner.config, only=only, events=events, done=done)
@@ -333,6 +397,7 @@ def _run_stoppable(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, t
             report.status = INCOMPLETE
         write(report, True)
         rf.close_journal()
+        record.end(report, INCOMPLETE, seconds)
         return JobResult(kind, INCOMPLETE, rf.path, key, tuning_name, report,
                          report.to_result_section() if report is not None else None, seconds, stop.signum,
                          tuner.bank_dir, len(done), **_skipped(rf.path, report, graph, tuning_name))
@@ -341,8 +406,10 @@ def _run_stoppable(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, t
     rf.set_task(key, tuning_name, seconds, sec)
     rf.write()
     rf.remove_state()
+    record.end(report, report.status, seconds)
     return JobResult(kind, report.status, rf.path, key, tuning_name, report, sec, seconds, None,
-                     tuner.bank_dir, len(done), **_skipped(rf.path, report, graph, tuning_name))
+                     tuner.bank_dir, len(done), **_skipped(rf.path, report, graph, tuning_name),
+                     hits=dict(record.hits), repeat_tune=settings.repeat_tune, record_file=record.writer.path)
 
 
 def _skipped(result_path: Path, report: Any, graph: Any, tuning_name: str) -> dict[str, Any]:

@@ -7,6 +7,8 @@ Every bad value raises `AoeError` naming the variable and what to set it to.
 """
 from __future__ import annotations
 
+import json
+
 import os
 import sys
 from dataclasses import dataclass, field
@@ -56,6 +58,18 @@ class JobSpec:
             return str(self.model)
         return getattr(self.graph, "name", "graph")
 
+    def record(self) -> dict[str, Any]:
+        """The model spec as a run's record keeps it (plain values)."""
+        shapes = self.input_shape
+        if shapes is not None and not isinstance(shapes, (str, int, float, bool)):
+            try:
+                shapes = json.loads(json.dumps(shapes))
+            except (TypeError, ValueError):
+                shapes = str(shapes)
+        return {"model": self.describe(), "path": str(self.model) if self.model else None,
+                "framework": self.framework, "input_shape": shapes, "training": bool(self.training),
+                "compute_dtype": self.compute_dtype, "in_memory_graph": self.graph is not None}
+
 
 @dataclass
 class JobSettings:
@@ -83,6 +97,12 @@ class JobSettings:
     config_path: Path | None = None
     tune_ops_file: str | None = None            # from aoe.ini's aoe_config_file
     notes: list[str] = field(default_factory=list)
+
+    def pricing_options(self, kind: str) -> dict[str, Any]:
+        """The options that change a job's figures, as a run's record keeps them."""
+        bank = self.op_bank_dir if kind == "opat" else self.subgraph_bank_dir
+        return {"implmode": self.implmode, "builtin": self.builtin, "repeat_tune": self.repeat_tune,
+                "budget": self.budget, "bank_dir": str(bank) if bank is not None else None}
 
     def describe(self, cluster: bool = False) -> list[str]:
         """The job's settings as header lines; `cluster`: operator cases go to a Dask cluster (aoe.batch)."""

@@ -165,3 +165,41 @@ def apply_bank(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
                 source = f"invalid {entry.source} record"
         ops.append(OpTime(op.name, op_type_label(op), default, tuned, source))
     return ops, skipped
+
+
+def priced_cases(graph: Graph, soc: Soc, bank_dir: str | os.PathLike[str] | None, *, builtin: bool = True
+                 ) -> tuple[dict[str, dict[str, Any]], list[dict[str, str]]]:
+    """Every distinct case of `graph` priced under the banks, in the form of a run record's case lines
+    (`aoe.job.records`; the banks are only read): what `aoe verify` and a report of an old result
+    file without a record (`aoe report -m`) show. Returns the lines by case identity and the skipped operators."""
+    from .detail import case_detail  # the kernels in detail: only these readers need them
+
+    measure = simulator_measure(soc)
+    custom = OpBank(bank_dir, soc.name, soc.cube_cores) if bank_dir is not None else None
+    chain = BankChain(custom, BuiltinBank(soc.name, soc.cube_cores) if builtin else None)
+    extra: dict[Any, float] = {}
+    lines: dict[str, dict[str, Any]] = {}
+    priced, skipped = operator_cases(graph)
+    for i, (op, case) in enumerate(priced):
+        ident = repr(case.case_id)
+        line = lines.get(ident)
+        if line is None:
+            default_t = price(case, soc, None, measure, extra)
+            entry = chain.lookup(case.op_type, case.key)
+            tuned_t, source, knowledge = default_t, None, None
+            if entry is not None:
+                try:
+                    t = price(case, soc, entry.knowledge, measure, extra)
+                except (AoeError, KeyError, ValueError, TypeError):
+                    t = float("nan")
+                if np.isfinite(t):
+                    tuned_t, source, knowledge = t, entry.source, entry.knowledge
+            line = lines[ident] = {"outcome": None, "source": source, "provenance": source, "error": None,
+                                   "ops": [], "detail": case_detail(soc, case, knowledge),
+                                   "times": (default_t, tuned_t)}
+        label = op_type_label(op)
+        d, t = line["times"]
+        line["ops"].append([i, op.name, "+".join(label) if isinstance(label, list) else label, d, d, t])
+    for line in lines.values():
+        del line["times"]
+    return lines, skipped

@@ -15,7 +15,7 @@ Layers: `partition` (fusion regions) -> `model` (per-op costs from the C++ simul
 from __future__ import annotations
 
 from .report import SGAT_SECTION_SCHEMA, SgatReport, SubgraphRecord
-from .tune import BankTimes, SgatConfig, apply_bank, check_soc, prepare, tune_graph
+from .tune import BankTimes, SgatConfig, apply_bank, check_soc, prepare, priced_subgraphs, tune_graph
 
-__all__ = ["tune_graph", "SgatConfig", "apply_bank", "BankTimes", "check_soc", "prepare", "SgatReport",
+__all__ = ["tune_graph", "SgatConfig", "apply_bank", "priced_subgraphs", "BankTimes", "check_soc", "prepare", "SgatReport",
            "SubgraphRecord", "SGAT_SECTION_SCHEMA"]
