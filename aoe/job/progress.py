@@ -130,13 +130,19 @@ def opat_summary(report: Any, top: int = 10) -> list[str]:
                  f"hits {c.repo_hit_num} (updated {c.repo_update_num}, reserved {c.repo_reserved_num}), "
                  f"unsatisfied {c.repo_unsatisfied_num}")
     if recs and after > 0:
-        lines.append(f"tuned operators, sum of times: {_fmt_us(before)} -> {_fmt_us(after)} "
-                     f"({improvement(before, after)} faster)")
-        # a bank hit's "before" is the bank's own strategy: where hits made the two differ, also the gain
-        # over what the compiler runs without any bank (what `aoe verify` reports)
         dflt = [r for r in recs if r.default_us is not None]
         default, tuned = sum(r.default_us for r in dflt), sum(r.after_us for r in dflt)
-        if dflt and round(default, 3) != round(before, 3):
+        if round(before, 3) == round(after, 3) and dflt and round(default, 3) != round(tuned, 3):
+            # nothing this run tuned beat the strategy in use: every gain is a bank hit's (issue 26 item 6)
+            lines.append(f"this run's tuning gained nothing over the strategies in use ({_fmt_us(after)}); "
+                         f"the bank hits' strategies give {_fmt_us(default)} -> {_fmt_us(tuned)} over CANN's "
+                         f"defaults ({improvement(default, tuned)} faster)")
+        else:
+            lines.append(f"tuned operators, sum of times: {_fmt_us(before)} -> {_fmt_us(after)} "
+                         f"({improvement(before, after)} faster)")
+        # a bank hit's "before" is the bank's own strategy: where hits made the two differ, also the gain
+        # over what the compiler runs without any bank (what `aoe verify` reports)
+        if dflt and round(default, 3) != round(before, 3) and round(before, 3) != round(after, 3):
             lines.append(f"  over CANN's default strategies (bank hits included): {_fmt_us(default)} -> "
                          f"{_fmt_us(tuned)} ({improvement(default, tuned)} faster)")
     failed = [r for r in report.records if r.error]
@@ -149,6 +155,30 @@ def opat_summary(report: Any, top: int = 10) -> list[str]:
         if len(failed) > top:
             lines.append(f"  ... and {len(failed) - top} more (tuning_failed_operators in the result file)")
     return lines
+
+
+def hit_lines(report: Any, hits: dict[str, int] | None, repeat_tune: bool, kind: str) -> list[str]:
+    """Where the bank hits came from (built-in / custom / this run) and what REPEAT_TUNE did with them;
+    the counters above stay the product's."""
+    if not hits:
+        return []
+    c = report.counters
+    n = sum(hits.values())
+    out = []
+    if n:
+        this = hits.get("this run", 0)
+        out.append(f"bank hits by origin: built-in {hits.get('builtin', 0)}, custom {hits.get('custom', 0)}, "
+                   f"this run {this}" + (" (entries an earlier graph of this run added, e.g. its forward graph)"
+                                         if this else ""))
+    if repeat_tune and c.repo_hit_num:
+        out.append(f"REPEAT_TUNE: every {'case' if kind == 'opat' else 'subgraph'} was tuned again, the "
+                   f"{c.repo_hit_num} hits too: {c.repo_update_num} beat the bank's strategy and replaced it "
+                   f"(update), {c.repo_reserved_num} did not (reserved); new ones: {c.repo_add_num} added")
+    if kind == "sgat" and c.repo_add_num == 0 and c.repo_update_num == 0 and report.model_result_us < report.model_baseline_us:
+        out.append("every gain above comes from bank hits (" + ", ".join(
+            f"{k} {v}" for k, v in (("built-in", hits.get("builtin", 0)), ("custom", hits.get("custom", 0)),
+                                   ("this run", hits.get("this run", 0))) if v) + "): this run's tuning added none")
+    return out
 
 
 def sgat_summary(report: Any, top: int = 10) -> list[str]:

@@ -37,7 +37,7 @@ from ..soc import Soc, load_soc
 from ..tuning import FAILED, INCOMPLETE, SUCCESS, Events, Report
 from .inputs import check_inputs, model_bytes, output_file_name, selected_ops, task_name
 from .lock import DeviceLock
-from .progress import Progress, opat_summary, sgat_summary, skipped_entries
+from .progress import Progress, hit_lines, opat_summary, sgat_summary, skipped_entries
 from .records import RECORD_VERSION, PROVENANCES, RecordWriter, opat_case_line, record_path, sgat_subgraph_line, soc_value
 from .result import ResultFile, atomic_write_json, find_interrupted, read_journal, remove_stale_temps
 from .settings import DEFAULT_SOC, JobSettings, JobSpec, _warn, memory_note, settings_from_env
@@ -91,6 +91,7 @@ class JobResult:
         lines: list[str] = []
         if self.report is not None:
             lines += opat_summary(self.report, top) if self.kind == "opat" else sgat_summary(self.report, top)
+            lines += hit_lines(self.report, self.hits, self.repeat_tune, self.kind)
             skipped = self.skipped if self.skipped is not None else skipped_entries(self.report)
             if skipped:  # absent from every total above: say which, never only how many
                 lines.append(f"skipped operators (not priced, in no total): {len(skipped)}: "

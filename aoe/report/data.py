@@ -294,6 +294,10 @@ def collect(result_file: str | os.PathLike[str], *, task: str | None = None, rec
     if kind == "opat":
         data.model_default_us = sum(r.default_us for r in rows)
         data.model_tuned_us = sum(r.tuned_us for r in rows)
+        gained = {r.source for r in rows if r.saved_us > 0}
+        if gained and "this run" not in gained:
+            data.notes.append("every gain on this page comes from bank hits (" + ", ".join(sorted(gained)) +
+                              "): this run's tuning improved no case")
     else:
         subs, tuned = record_subgraphs(record, _sgat_keys(section))
         data.subgraphs = subs
