@@ -27,7 +27,7 @@ from aoe import cli, sgat
 from aoe.errors import AoeError
 from aoe.job.run import JobSpec, run_job
 from aoe.job.settings import settings_from_env
-from aoe.opat.apply import apply_bank
+from aoe.opat import apply_bank
 from aoe.report import collect, explain_graph_op, explain_single_op, write_report
 from aoe.report.data import read_result, reprice_ops, reprice_subgraphs
 from aoe.soc import load_soc

@@ -29,7 +29,7 @@ from ..ops import Unsupported, describe
 from ..opat.graph_tune import tune_job
 from ..opat.search import Budget
 from ..opat.tune import KINDS
-from ..soc import Soc, load_soc
+from ..soc import Soc, require_soc
 
 Job = tuple[Any, Soc, tuple[str, ...], Budget, str, int, int]  # what graph_tune hands its pool
 
@@ -150,10 +150,10 @@ class CaseFarm:
 
     # ---- client side: what to send ------------------------------------------------------------
 
-    def prefetch(self, graph: Any, soc: Soc | str, settings: Any) -> int:
+    def prefetch(self, graph: Any, soc: Soc, settings: Any) -> int:
         """Queue the bank misses of `graph` as OPAT will tune them (job settings: budget, repeat_tune,
         implmode, te_parallel, op_bank_dir); returns the number of new distinct cases queued."""
-        soc = load_soc(soc)
+        soc = require_soc(soc, "Farm.prefetch")
         plain = dataclasses.replace(soc, _native=None)
         budget = Budget(evaluations=settings.budget) if settings.budget else Budget()
         custom = OpBank(settings.op_bank_dir, soc.name, soc.cube_cores) if settings.op_bank_dir else None
@@ -206,7 +206,7 @@ class CaseFarm:
             ident = (spec.model, spec.soc, repr(spec.input_shape), spec.training, spec.compute_dtype)
             if spec.mode == 2 and spec.tune_ops is None and (spec.model is None or ident not in self._models):
                 self._models.add(ident)
-                self.prefetch(graphs[i], spec.soc, settings)
+                self.prefetch(graphs[i], spec.soc_value, settings)
         return graphs
 
     def flush(self) -> None:

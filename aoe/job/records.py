@@ -103,5 +103,61 @@ def sgat_subgraph_line(task: str, rec: Any, prov: str | None) -> dict[str, Any]:
             "detail": rec.detail}
 
 
-__all__ = ["PROVENANCES", "RECORD_VERSION", "RecordWriter", "opat_case_line", "record_path", "sgat_subgraph_line",
+class TaskRecord:
+    """One task's lines in the run's record (`aoe.job.records`), and its hit provenance counts."""
+
+    def __init__(self, rf: Any, key: str, kind: str, head: dict[str, Any]) -> None:
+        writer = getattr(rf, "record_writer", None)
+        if writer is None:   # one writer per result file: the tasks of one file are one run
+            writer = RecordWriter(rf.path, added_before(rf.path))
+            rf.record_writer = writer
+        self.writer, self.key, self.kind = writer, key, kind
+        self.head = dict(head, version=RECORD_VERSION, kind=kind)
+        self.hits = {p: 0 for p in PROVENANCES}
+
+    def start(self, report: Any) -> None:
+        line = dict(self.head, t="start", task=self.key)
+        if self.kind == "opat":
+            line["skipped"] = [{"op": r.op_name, "op_type": r.op_type, "reason": str(r.skipped)}
+                               for r in report.records if r.skipped]
+            line["failed"] = [{"op": r.op_name, "op_type": r.op_type, "reason": str(r.error)}
+                              for r in report.records if r.error and not r.case]
+        else:
+            line.update(skipped=list(report.skipped), baseline_us=report.model_baseline_us,
+                        unfused_us=report.model_unfused_us, n_subgraphs=report.n_subgraphs, n_cases=report.n_cases)
+        self.writer.append(line)
+
+    def case(self, report: Any, records: Sequence[Any]) -> None:
+        if not records:
+            return
+        r0 = records[0]
+        if self.kind == "opat":
+            prov = self.writer.provenance(r0.case or r0.op_name, r0.outcome, r0.source)
+            line = opat_case_line(self.key, records, report.index, prov)
+        else:
+            prov = self.writer.provenance(r0.repo_key, r0.outcome.value, r0.source)
+            line = sgat_subgraph_line(self.key, r0, prov)
+        if prov is not None:
+            self.hits[prov] += 1
+        self.writer.append(line)
+
+    def end(self, report: Any, status: str, seconds: float) -> None:
+        line: dict[str, Any] = {"t": "end", "task": self.key, "status": status, "seconds": seconds,
+                                "hits": dict(self.hits)}
+        if report is not None:
+            line["counters"] = report.counters.to_dict()
+        self.writer.append(line)
+
+
+def added_before(result_path: Path) -> set[str]:
+    """Cases an earlier part of this run (an interrupted job resumed with --reload) added or updated."""
+    from ..report.record import added_cases  # lazily: only a resumed job reads its record back
+
+    try:
+        return added_cases(record_path(result_path))
+    except AoeError:
+        return set()
+
+
+__all__ = ["TaskRecord", "added_before", "PROVENANCES", "RECORD_VERSION", "RecordWriter", "opat_case_line", "record_path", "sgat_subgraph_line",
            "soc_value"]

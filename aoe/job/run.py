@@ -33,16 +33,16 @@ from ..graph.training import derive_training
 from ..opat.graph_tune import case_executor
 from ..opat.report import record_from_state as opat_record
 from ..ops.coverage import format_counts, skipped_log_path, write_skipped_log
-from ..soc import Soc, load_soc
+from ..soc import Soc
 from ..tuning import FAILED, INCOMPLETE, SUCCESS, Events, Report
-from .inputs import check_inputs, model_bytes, output_file_name, selected_ops, task_name
+from .inputs import check_inputs, model_bytes, selected_ops, task_name
 from .lock import DeviceLock
 from .progress import Progress, hit_lines, opat_summary, sgat_summary, skipped_entries
-from .records import RECORD_VERSION, PROVENANCES, RecordWriter, opat_case_line, record_path, sgat_subgraph_line, soc_value
-from .result import ResultFile, atomic_write_json, find_interrupted, read_journal, remove_stale_temps
+from .records import TaskRecord, soc_value
+from .result import ResultFile, find_interrupted, read_journal, remove_stale_temps
 from .settings import DEFAULT_SOC, JobSettings, JobSpec, _warn, memory_note, settings_from_env
 from .signals import StopFlag
-from .verification import verify_graph
+from .verification import write_tuned_model
 
 KIND = {1: "sgat", 2: "opat"}
 CHECKPOINT_S = 1.0  # the result file and resume state are rewritten at most this often (and at the end)
@@ -76,7 +76,6 @@ class JobResult:
     report_html: Path | None = None     # the HTML report beside the result file (aoe.report)
     hits: dict[str, int] | None = None  # bank hits by provenance: builtin / custom / this run
     repeat_tune: bool = False
-    record_file: Path | None = None     # the run's record beside the result file (aoe.job.records)
 
     @property
     def exit_code(self) -> int:
@@ -164,7 +163,7 @@ class _JobEvents(Events):
 
     detail = True   # the run's record keeps every case's kernels (or subgraph's plans)
 
-    def __init__(self, progress: Progress, stop: StopFlag, write: Callable[..., None], record: _Record) -> None:
+    def __init__(self, progress: Progress, stop: StopFlag, write: Callable[..., None], record: TaskRecord) -> None:
         self.report: Report | None = None
         self._progress, self._stop, self._write, self._record = progress, stop, write, record
 
@@ -178,61 +177,6 @@ class _JobEvents(Events):
         self._record.case(self.report, records)
         self._progress.step(hit, label, sum(r.n_ops for r in records))
         self._write(self.report, False, new=records)
-
-
-class _Record:
-    """One task's lines in the run's record (`aoe.job.records`), and its hit provenance counts."""
-
-    def __init__(self, rf: ResultFile, key: str, kind: str, head: dict[str, Any]) -> None:
-        writer = getattr(rf, "record_writer", None)
-        if writer is None:   # one writer per result file: the tasks of one file are one run
-            writer = RecordWriter(rf.path, _added_before(rf.path))
-            rf.record_writer = writer
-        self.writer, self.key, self.kind, self.head = writer, key, kind, head
-        self.hits = {p: 0 for p in PROVENANCES}
-
-    def start(self, report: Any) -> None:
-        line = dict(self.head, t="start", task=self.key)
-        if self.kind == "opat":
-            line["skipped"] = [{"op": r.op_name, "op_type": r.op_type, "reason": str(r.skipped)}
-                               for r in report.records if r.skipped]
-            line["failed"] = [{"op": r.op_name, "op_type": r.op_type, "reason": str(r.error)}
-                              for r in report.records if r.error and not r.case]
-        else:
-            line.update(skipped=list(report.skipped), baseline_us=report.model_baseline_us,
-                        unfused_us=report.model_unfused_us, n_subgraphs=report.n_subgraphs, n_cases=report.n_cases)
-        self.writer.append(line)
-
-    def case(self, report: Any, records: Sequence[Any]) -> None:
-        if not records:
-            return
-        r0 = records[0]
-        if self.kind == "opat":
-            prov = self.writer.provenance(r0.case or r0.op_name, r0.outcome, r0.source)
-            line = opat_case_line(self.key, records, report.index, prov)
-        else:
-            prov = self.writer.provenance(r0.repo_key, r0.outcome.value, r0.source)
-            line = sgat_subgraph_line(self.key, r0, prov)
-        if prov is not None:
-            self.hits[prov] += 1
-        self.writer.append(line)
-
-    def end(self, report: Any, status: str, seconds: float) -> None:
-        line: dict[str, Any] = {"t": "end", "task": self.key, "status": status, "seconds": seconds,
-                                "hits": dict(self.hits)}
-        if report is not None:
-            line["counters"] = report.counters.to_dict()
-        self.writer.append(line)
-
-
-def _added_before(result_path: Path) -> set[str]:
-    """Cases an earlier part of this run (an interrupted job resumed with --reload) added or updated."""
-    from ..report.record import added_cases  # lazily: only a resumed job reads its record back
-
-    try:
-        return added_cases(record_path(result_path))
-    except AoeError:
-        return set()
 
     def should_stop(self) -> bool:
         return self._stop()
@@ -251,7 +195,7 @@ def run_job(spec: JobSpec, settings: JobSettings, *, out: Callable[[str], None] 
     until its result file is final.
     """
     kind = KIND[spec.mode]
-    soc = load_soc(spec.soc)
+    soc = spec.soc_value      # resolved once, where the spec was made (a door): a value from here on
     if spec.mode == 1:
         from ..sgat import check_soc  # lazily: an OPAT job never needs the SGAT tuner
 
@@ -374,9 +318,8 @@ def _run_stoppable(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, t
     for line in settings.describe(cluster=kind == "opat" and case_executor.get() is not None):
         _say(out, f"  {line}")
     progress = Progress(settings.progress, unit=tuner.unit, force=settings.progress_force)
-    head = {"version": RECORD_VERSION, "kind": kind, "tuning_name": tuning_name, "soc": soc_value(soc),
-            "model": spec.record(), "options": settings.pricing_options(kind), "settings": settings.describe()}
-    record = _Record(rf, key, kind, head)
+    record = TaskRecord(rf, key, kind, {"tuning_name": tuning_name, "soc": soc_value(soc), "model": spec.record(),
+                                        "options": settings.pricing_options(kind), "settings": settings.describe()})
     events = _JobEvents(progress, stop, write, record)
     report = None
     try:
@@ -410,7 +353,7 @@ def _run_stoppable(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, t
     record.end(report, report.status, seconds)
     return JobResult(kind, report.status, rf.path, key, tuning_name, report, sec, seconds, None,
                      tuner.bank_dir, len(done), **_skipped(rf.path, report, graph, tuning_name),
-                     hits=dict(record.hits), repeat_tune=settings.repeat_tune, record_file=record.writer.path)
+                     hits=dict(record.hits), repeat_tune=settings.repeat_tune)
 
 
 def _skipped(result_path: Path, report: Any, graph: Any, tuning_name: str) -> dict[str, Any]:
@@ -444,25 +387,3 @@ def _set_seconds(report: Any, seconds: float) -> None:
         report.tuning_time_s = seconds
     else:
         report.seconds = seconds
-
-
-def write_tuned_model(path: Path, graph: Any, soc: Any, mode: int, settings: JobSettings, name: str) -> Path:
-    """`--output`: the graph with, per operator, the strategy in use after tuning and its simulated time."""
-    text = os.fspath(path)
-    path = Path(path)
-    if path.is_dir() or text.endswith(("/", os.sep)):
-        # a directory (or a name that says it is one): the file inside it, its name never from the model
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise AoeError(f"cannot create the --output directory {path}: {exc.strerror or exc}") from None
-        path = path / output_file_name(name)
-    rep = verify_graph(graph, soc, mode=mode, op_bank_dir=settings.op_bank_dir,
-                       subgraph_bank_dir=settings.subgraph_bank_dir, model=name)
-    data = {"format": "aoe-tuned-model/1", "soc_version": soc.name, "job_type": mode,
-            "performance": rep.to_dict(), "graph": graph.to_dict()}
-    try:
-        atomic_write_json(path, data, indent=None)
-    except OSError as exc:
-        raise AoeError(f"cannot write --output {path}: {exc.strerror or exc}") from None
-    return path

@@ -22,7 +22,7 @@ from ..bank.paths import check_dir, check_name
 from ..errors import AoeError
 from ..safeio import env_text
 from ..safetext import safe_text
-from ..soc import load_soc
+from ..soc import Soc, load_soc
 from . import config as cfg
 from .lock import lock_dir as default_lock_dir
 
@@ -44,11 +44,15 @@ class JobSpec:
     graph: Any = None                           # an aoe.graph.Graph instead of `model`
     input_shape: Any = None
     training: bool = False
-    soc: str = DEFAULT_SOC
+    soc: str | Soc = DEFAULT_SOC                # a name, an .ini path or a Soc value
     tune_ops: cfg.TuneOps | None = None
     name: str | None = None                     # tuning_name (default: the graph's name)
     compute_dtype: str = "float16"
     output: Path | str | None = None            # write the tuned model description here ("DIR/": in DIR)
+
+    def __post_init__(self) -> None:
+        # the job's door: a SoC named by the caller becomes a value once, here; the run passes the value on
+        self.soc_value: Soc = load_soc(self.soc)
 
     def describe(self) -> str:
         """What is tuned, for messages and the device lock."""

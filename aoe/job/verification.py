@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AoeError
+from .inputs import output_file_name
+from .result import atomic_write_json
 from ..opat.apply import OpTime, apply_bank
-from ..soc import load_soc
+from ..soc import require_soc
 from ..tuning import improvement
 from .progress import table
 
@@ -140,7 +142,7 @@ def verify_graph(graph: Any, soc: Any, *, mode: int = 2, op_bank_dir: str | os.P
                  subgraph_bank_dir: str | os.PathLike[str] | None = None, builtin: bool = True,
                  cache_mode: str = "enable", model: str | None = None) -> VerifyReport:
     """Compile `graph` with default strategies and with the banks; see the module docstring."""
-    soc = load_soc(soc)
+    soc = require_soc(soc, "verify_graph")
     check_cache_mode(cache_mode)
     rep = VerifyReport(model=model or graph.name, soc=soc.name, mode=mode, cache_mode=cache_mode,
                        op_bank_dir=str(op_bank_dir) if op_bank_dir is not None else None,
@@ -155,6 +157,28 @@ def verify_graph(graph: Any, soc: Any, *, mode: int = 2, op_bank_dir: str | os.P
         return rep
     rep.ops, rep.skipped = op_times(graph, soc, op_bank_dir, builtin=builtin, cache_mode=cache_mode)
     return rep
+
+
+def write_tuned_model(path: Path, graph: Any, soc: Any, mode: int, settings: Any, name: str) -> Path:
+    """`--output`: the graph with, per operator, the strategy in use after tuning and its simulated time."""
+    text = os.fspath(path)
+    path = Path(path)
+    if path.is_dir() or text.endswith(("/", os.sep)):
+        # a directory (or a name that says it is one): the file inside it, its name never from the model
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise AoeError(f"cannot create the --output directory {path}: {exc.strerror or exc}") from None
+        path = path / output_file_name(name)
+    rep = verify_graph(graph, soc, mode=mode, op_bank_dir=settings.op_bank_dir,
+                       subgraph_bank_dir=settings.subgraph_bank_dir, model=name)
+    data = {"format": "aoe-tuned-model/1", "soc_version": soc.name, "job_type": mode,
+            "performance": rep.to_dict(), "graph": graph.to_dict()}
+    try:
+        atomic_write_json(path, data, indent=None)
+    except OSError as exc:
+        raise AoeError(f"cannot write --output {path}: {exc.strerror or exc}") from None
+    return path
 
 
 # --- against a run's record ---------------------------------------------------------------------

@@ -18,7 +18,7 @@ from ..errors import AoeError
 from ..graph import Graph
 from ..ops import OpCase, Unsupported, Variant, describe
 from ..sim import default_strategy, strategy_fields
-from ..soc import Soc, load_soc
+from ..soc import Soc, require_soc
 from ..tuning import improvement
 from .search import Measure, simulator_measure
 from .tune import conversion_us
@@ -124,7 +124,7 @@ class OpTime:
                 "improvement": improvement(self.default_us, self.tuned_us)}
 
 
-def apply_bank(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | None, *, builtin: bool = True,
+def apply_bank(graph: Graph, soc: Soc, bank_dir: str | os.PathLike[str] | None, *, builtin: bool = True,
                memo: MutableMapping[Any, float] | None = None) -> tuple[list[OpTime], list[dict[str, str]]]:
     """Every operator of `graph` priced with CANN's default and with the banks' strategy; the banks are only read.
 
@@ -132,7 +132,7 @@ def apply_bank(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
     caches kernel times keyed by the strategy itself (SoC, case and the knowledge's content), so a
     changed bank entry is a different key and can never be hidden.
     """
-    soc = load_soc(soc)
+    soc = require_soc(soc, "aoe.opat.apply.apply_bank")
     measure = simulator_measure(soc)
     custom = OpBank(bank_dir, soc.name, soc.cube_cores) if bank_dir is not None else None
     chain = BankChain(custom, BuiltinBank(soc.name, soc.cube_cores) if builtin else None)

@@ -24,7 +24,7 @@ from ..bank.decision import should_tune
 from ..errors import AoeError
 from ..graph import Graph
 from ..ops import HIGH_PERFORMANCE, IMPL_MODES, OpCase, Unsupported, describe
-from ..soc import Soc, load_soc
+from ..soc import Soc, require_soc
 from ..tuning import FAILED, INCOMPLETE, SUCCESS, Events, restore
 from .apply import fused_names, op_type_label, price
 from .detail import case_detail
@@ -84,7 +84,7 @@ def tune_job(args: tuple[OpCase, Soc, tuple[str, ...], Budget, str, int, int]) -
         return f"{type(exc).__name__}: {exc}"
 
 
-def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | None = None,
+def tune_graph(graph: Graph, soc: Soc, bank_dir: str | os.PathLike[str] | None = None,
                config: OpatConfig | None = None, *, only: set[str] | None = None, events: Events | None = None,
                done: Mapping[str, OpRecord] | None = None) -> OpatReport:
     """Operator-tune every operator of `graph` once; write improvements to the custom bank in `bank_dir`.
@@ -95,7 +95,7 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
     interrupted run to their restored records, kept without tuning again.
     """
     t0 = time.perf_counter()
-    soc = load_soc(soc)
+    soc = require_soc(soc, "aoe.opat.graph_tune.tune_graph")
     cfg = config or OpatConfig()
     events = events or Events()
     budget = cfg.budget or Budget()

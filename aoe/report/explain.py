@@ -31,7 +31,7 @@ from ..opat.apply import price, variant_for
 from ..opat.search import Budget, simulator_measure
 from ..opat.tune import case_for, tune_case
 from ..ops import OpCase, Unsupported, describe
-from ..soc import Soc, load_soc
+from ..soc import Soc, require_soc
 from .data import Kernel, kernel, variant_label
 
 SLICES = 16
@@ -294,7 +294,7 @@ def _fields(d: Kernel, t: Kernel) -> list[tuple[str, int | None, int | None]]:
 def explain_case(case: OpCase, soc: Soc | str, op_bank_dir: str | os.PathLike[str] | None = None, *,
                  builtin: bool = True, budget: int = 20000, retune: bool = False) -> Explanation:
     """Explain one operator case: default vs the banks' strategy (tuned now within `budget` if none)."""
-    soc = load_soc(soc)
+    soc = require_soc(soc, "explain_case")
     measure = simulator_measure(soc)
     extra: dict[Any, float] = {}
     dk = kernel(soc, case.default.sim_op, None, "default")

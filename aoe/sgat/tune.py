@@ -15,7 +15,7 @@ from ..bank.subgraph import SUBGRAPH_FILE, SubgraphBank, make_subgraph_pending
 from ..errors import AoeError
 from ..graph.ir import Graph, Op
 from ..ops import Unsupported, describe
-from ..soc import Soc, load_soc
+from ..soc import Soc, require_soc
 from ..tuning import SUCCESS, Events, restore
 from .default_fusion import default_plan
 from .evaluator import evaluate
@@ -138,7 +138,7 @@ def builtin_subgraph_bank(soc: Soc) -> SubgraphBank | None:
     return SubgraphBank(root) if (root / SUBGRAPH_FILE).is_file() else None
 
 
-def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | None = None,
+def tune_graph(graph: Graph, soc: Soc, bank_dir: str | os.PathLike[str] | None = None,
                config: SgatConfig | None = None, *, only: set[str] | None = None, events: Events | None = None,
                done: Mapping[str, SubgraphRecord] | None = None) -> SgatReport:
     """Subgraph-tune `graph` on `soc`; with `bank_dir`, read and write its subgraph bank.
@@ -153,7 +153,7 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
     (subgraphs not reached yet count at their baseline), `done` maps repo_keys of an interrupted run
     to their restored records, kept without tuning again.
     """
-    soc = load_soc(soc)
+    soc = require_soc(soc, "aoe.sgat.tune.tune_graph")
     check_soc(soc)
     cfg = config or SgatConfig()
     events = events or Events()
@@ -252,7 +252,7 @@ class BankTimes(NamedTuple):
     unfused_ms: float
 
 
-def apply_bank(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str], *,
+def apply_bank(graph: Graph, soc: Soc, bank_dir: str | os.PathLike[str], *,
                builtin: bool = True) -> BankTimes:
     """Times of `graph` with the compiler's default fusion and with the subgraph bank's plans applied.
 
@@ -260,7 +260,7 @@ def apply_bank(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str], *
     bank entry runs with the default-fusion plan, as the compiler would compile it. The fully
     unfused time is returned beside them (labelled). The banks are only read.
     """
-    soc = load_soc(soc)
+    soc = require_soc(soc, "aoe.sgat.tune.apply_bank")
     check_soc(soc)
     prep = prepare(graph, soc)
     bank = SubgraphBank(bank_dir)

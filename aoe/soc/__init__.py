@@ -242,6 +242,15 @@ def _parse(path: Path, default_name: str) -> Soc:
     return soc
 
 
+def require_soc(soc: Any, where: str = "this function") -> Soc:
+    """`soc` itself when it is a `Soc` value; else an AoeError: inside aoe the SoC travels as a value,
+    resolved from a name once at a door (CLI, Python API, frontend) by `load_soc`."""
+    if not isinstance(soc, Soc):
+        raise AoeError(f"{where} takes a Soc value, got {type(soc).__name__} {soc!r}: resolve the name once with "
+                       "aoe.soc.load_soc(name) (the command line and aoe.tune do it for you)")
+    return soc
+
+
 def soc_from_dict(d: Any, where: str = "a record") -> Soc:
     """A SoC carried by value (`Soc.to_dict()`, e.g. in a run's record): untrusted, checked field by field."""
     if not isinstance(d, dict):
@@ -301,4 +310,4 @@ def _validate(soc: Soc, where: str) -> None:
             raise AoeError(f"{where}: {name} must not be negative")
 
 
-__all__ = ["Soc", "load_soc", "known_socs", "soc_from_dict", "DATA_DIR"]
+__all__ = ["Soc", "load_soc", "known_socs", "require_soc", "soc_from_dict", "DATA_DIR"]
