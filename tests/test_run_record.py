@@ -20,6 +20,7 @@ import pytest
 from conftest import import_extra, isolated_environ
 
 import aoe
+import aoe.tuning
 from aoe import cli
 from aoe.errors import AoeError
 from aoe.job.result import ResultFile
@@ -180,6 +181,44 @@ def test_report_of_a_torch_compile_run_and_this_run_hits(tmp_path: Path, capsys:
         data = collect(rf, task=key)
         assert data.model_default_us > 0 and data.hits == read_record(record_path(rf), key).hits
     assert cli.main(["report", str(rf)]) == 0
+
+
+class _StopAfter(aoe.tuning.Events):
+    """The job's events, passed through, with a stop after `n` cases (an interrupt at a known point)."""
+
+    def __init__(self, inner: Any, n: int) -> None:
+        self.inner, self.n, self.detail = inner, n, inner.detail
+
+    def start(self, n_cases: int, report: Any) -> None:
+        self.inner.start(n_cases, report)
+
+    def case_done(self, records: Any, hit: bool) -> None:
+        self.n -= 1
+        self.inner.case_done(records, hit)
+
+    def should_stop(self) -> bool:
+        return self.n <= 0 or self.inner.should_stop()
+
+
+@pytest.mark.parametrize("mode,soc", [(2, "Ascend910B2"), (1, "Ascend910A")], ids=["opat", "sgat"])
+def test_an_interrupted_job_resumed_with_reload_reports_the_job_figures(
+        tmp_path: Path, mode: int, soc: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import aoe.opat
+    import aoe.sgat
+
+    pkg = aoe.opat if mode == 2 else aoe.sgat
+    real = pkg.tune_graph
+    monkeypatch.setattr(pkg, "tune_graph", lambda *a, **kw: real(*a, **dict(kw, events=_StopAfter(kw["events"], 4))))
+    env = isolated_environ(tmp_path)
+    first = _job(tmp_path, "zoo:mobilenet_v2", mode, soc, env=env)
+    assert first.status == "tuning incomplete"
+    monkeypatch.setattr(pkg, "tune_graph", real)
+    settings = settings_from_env(env, soc=soc, mode=mode, work_path=tmp_path / "wp", budget=BUDGET, progress=False,
+                                 lock=False, cwd=tmp_path, reload=True)
+    res = run_job(JobSpec(mode=mode, model="zoo:mobilenet_v2", soc=soc), settings, out=None, install_signals=False)
+    assert res.result_file == first.result_file and res.status == "tuning successful"
+    _page_equals_job(res, res.result_file, capsys)
 
 
 def test_a_result_file_without_a_record_gets_one_line_naming_m(tmp_path: Path,
