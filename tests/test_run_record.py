@@ -97,6 +97,13 @@ def test_report_of_a_zoo_job_needs_only_the_result_file_and_survives_a_move(
     moved = tmp_path / "elsewhere"
     shutil.move(str(tmp_path / "a"), str(moved))
     _page_equals_job(res, moved / "wp" / res.result_file.name, capsys)
+    # --bank only adds that bank's view of the run's cases; the figures stay the record's
+    page = moved / "bank.html"
+    assert cli.main(["report", str(moved / "wp" / res.result_file.name), "--bank", str(moved / "bank"),
+                     "-o", str(page)]) == 0
+    n = res.report.counters.repo_add_num
+    what = "operator bank" if mode == 2 else "subgraph bank"
+    assert re.search(rf"that {what} holds {n} of the run", page.read_text(encoding="utf-8"))
     # and `aoe explain --result` reads the same record (OPAT)
     if mode == 2:
         name = next(r.op_name for r in res.report.records if r.default_us is not None)

@@ -64,6 +64,15 @@ def op_from_dict(d: Any) -> Any:
         raise AoeError(f"a damaged {d['type']} descriptor: {exc}") from None
 
 
+def _plain(v: Any) -> Any:
+    """A bank key as JSON values (tuples as lists), so the record can name the case to a bank."""
+    if isinstance(v, Mapping):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v if isinstance(v, (str, int, float, bool)) or v is None else str(v)
+
+
 def variant_label(case: OpCase, variant: Variant) -> str:
     """A short name of a kernel variant: "default" for CANN's own, else its format / implementation."""
     return "default" if variant is case.default else variant.label
@@ -82,7 +91,7 @@ def case_detail(soc: Soc, case: OpCase, knowledge: Mapping[str, Any] | None) -> 
             tuned_op = variant.sim_op
         except (AoeError, KeyError, ValueError, TypeError):
             tuned, tuned_op = default, case.default.sim_op  # a strategy aoe cannot read: the default runs
-    return {"op_type": case.op_type, "family": case.family, "default": default, "tuned": tuned,
+    return {"op_type": case.op_type, "family": case.family, "key": _plain(case.key), "default": default, "tuned": tuned,
             "default_op": op_to_dict(case.default.sim_op), "tuned_op": op_to_dict(tuned_op)}
 
 

@@ -162,6 +162,22 @@ def _bank_view(bank: str, rec: Any) -> list[str]:
     """`--bank DIR` on a record: what that bank holds now of the run's cases (read only)."""
     op_dir, sg_dir = _bank_dirs(bank, rec.soc.name)
     lines = [f"bank view (--bank {bank}): operator bank {op_dir or 'none'}, subgraph bank {sg_dir or 'none'}"]
+    if rec.kind == "opat" and op_dir is not None:
+        from ..bank import OpBank
+
+        b = OpBank(op_dir, rec.soc.name, rec.soc.cube_cores, readonly=True)
+        cases = [line for line in rec.cases.values() if line["detail"] is not None and line["detail"].get("key")]
+        held = same = 0
+        for line in cases:
+            try:
+                e = b.lookup(line["detail"]["op_type"], line["detail"]["key"])
+            except (AoeError, KeyError, TypeError, ValueError):
+                e = None      # a key this bank cannot file: not held
+            if e is not None:
+                held += 1
+                same += line["outcome"] in ("add", "update")
+        lines.append(f"that operator bank holds {held} of the run's {len(cases)} distinct cases now "
+                     f"({same} of them with a strategy this run wrote or replaced)")
     if rec.kind == "sgat" and sg_dir is not None:
         from ..bank.subgraph import SubgraphBank
 

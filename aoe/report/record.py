@@ -229,7 +229,11 @@ def _case(x: dict[str, Any]) -> dict[str, Any]:
     detail = x.get("detail")
     if detail is not None:
         d = obj(detail, "detail")
+        key = d.get("key")
+        if key is not None and (not isinstance(key, dict) or len(key) > 256):
+            raise BadRecord("a case key must be a small object")
         detail = {"op_type": text(d.get("op_type"), "detail op_type"), "family": text(d.get("family"), "family"),
+                  "key": key,
                   "default": kernel_fields(d.get("default"), "default kernel"),
                   "tuned": kernel_fields(d.get("tuned"), "tuned kernel"),
                   "default_op": obj(d.get("default_op"), "default_op"), "tuned_op": obj(d.get("tuned_op"), "tuned_op")}
