@@ -147,6 +147,7 @@ class TaskRecord:
         if report is not None:
             line["counters"] = report.counters.to_dict()
         self.writer.append(line)
+        self.writer.close()      # a later task of the same result file opens it again
 
 
 def added_before(result_path: Path) -> set[str]:

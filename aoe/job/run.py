@@ -331,6 +331,7 @@ def _run_stoppable(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, t
         progress.close()
         write(events.report, True, section=tuner.section_on_error)
         rf.close_journal()
+        record.writer.close()
         raise
     finally:
         progress.close()

@@ -1,11 +1,10 @@
-"""What a report shows, gathered once: the result file's task, and the model re-priced under the banks.
+"""What a report shows, gathered once: the result file's task and the run's record beside it.
 
-The result file only lists the operators (or subgraphs) a job modified, so the figures of the whole
-model come from pricing its graph again, exactly as `aoe verify` does: every operator with CANN's
-default strategy and with the strategy the operator banks give (`aoe.opat.apply`: `price`,
-`variant_for`), and for subgraph tuning every distinct subgraph with the compiler's default fusion and
-with the subgraph bank's plan (`aoe.sgat.prepare`). Identical operators (same case) are simulated once
-in detail (`aoe.sim.simulate_batch`: busy time per pipe, bound, bytes, FLOPs).
+Every figure comes from the record the job wrote (`aoe.job.records`, read back by `record.py`): each
+operator's CANN-default and in-use time, each distinct case's kernels simulated in detail when the job
+ran them (busy time per pipe, bound, bytes, FLOPs), each subgraph's plans. Nothing is re-priced here;
+a result file without a record is given a record re-priced under the banks by the caller
+(`record.repriced_record`, the pricing rooms `aoe verify` uses).
 """
 from __future__ import annotations
 
