@@ -263,11 +263,13 @@ def test_hits_are_split_by_origin_and_repeat_tune_is_said_plainly(tmp_path: Path
     c = second.report.counters
     assert second.hits["custom"] == c.repo_hit_num > 0 and second.hits["builtin"] == 0
     text = "\n".join(second.summary_lines())
-    assert f"bank hits by origin: built-in 0, custom {c.repo_hit_num}, this run 0" in text
+    assert f"hits {c.repo_hit_num} (built-in 0, custom {c.repo_hit_num}, this run 0; updated" in text
     # every case re-tuned: the summary says so instead of leaving "added 0, hits N" unexplained
     again = _job(tmp_path, "zoo:mobilenet_v2", 2, "Ascend910B2", env=dict(env, REPEAT_TUNE="True"))
     text = "\n".join(again.summary_lines())
-    assert "REPEAT_TUNE: every case was tuned again" in text
+    ca = again.report.counters
+    assert f"every one tuned again (REPEAT_TUNE): {ca.repo_hit_num} were in a bank" in text
+    assert f"added {ca.repo_add_num}, hits" not in text
     # the record carries each case's provenance; the result file's counters stay the product's
     rec = read_record(record_path(second.result_file))
     assert {line["provenance"] for line in rec.cases.values() if line["outcome"] in ("update", "reserved")} == \
@@ -284,7 +286,7 @@ def test_two_tasks_of_one_result_file_are_one_run(tmp_path: Path) -> None:
     b = _job(tmp_path, "zoo:mobilenet_v2", 2, "Ascend910B2", env=env, result_file=rf)
     assert a.report.counters.repo_add_num > 0
     assert b.hits["this run"] == b.report.counters.repo_hit_num > 0 and b.hits["custom"] == 0
-    assert "this run" in "\n".join(b.summary_lines())
+    assert "hits are on entries an earlier graph of this run added" in "\n".join(b.summary_lines())
 
 
 def test_all_built_in_gains_are_said_so(tmp_path: Path) -> None:
@@ -295,7 +297,7 @@ def test_all_built_in_gains_are_said_so(tmp_path: Path) -> None:
         pytest.skip("this budget found a gain over the built-in bank: nothing to check")
     text = "\n".join(res.summary_lines())
     assert "(0.00% faster)" not in text
-    assert "this run's tuning gained nothing" in text and "built-in " + str(res.hits["builtin"]) in text
+    assert "this run's tuning gained nothing" in text and f"(built-in {res.hits['builtin']}, custom 0" in text
     from aoe.report import collect
 
     assert any("every gain on this page comes from bank hits (builtin)" in n for n in collect(res.result_file).notes)
@@ -371,3 +373,21 @@ def test_inside_the_doors_a_soc_name_is_refused_with_what_to_do() -> None:
     for call in (lambda: tune_graph(g, "Ascend910B2"), lambda: verify_graph(g, "Ascend910B2")):
         with pytest.raises(AoeError, match="takes a Soc value.*load_soc"):
             call()
+
+
+def test_a_summary_whose_gains_are_all_the_banks_says_so() -> None:
+    """Only bank hits (no case tuned better): not "X -> X (0.00% faster)" but where the gain came from."""
+    from aoe.job.progress import hit_lines, opat_summary
+    from aoe.opat.report import OpRecord
+    from aoe.tuning import Counters, Outcome
+
+    c = Counters()
+    c.record(Outcome.RESERVED)
+    hit = OpRecord("conv", "Conv2D", "reserved", 80.0, 80.0, default_us=100.0, source="builtin")
+    report = type("R", (), {"records": [hit], "skipped": [], "failed": [], "counters": c})()
+    text = "\n".join(opat_summary(report, hits={"builtin": 1, "custom": 0, "this run": 0})
+                     + hit_lines(report, {"builtin": 1, "custom": 0, "this run": 0}, "opat"))
+    assert "0.00% faster" not in text and "80.000 us -> 80.000 us" not in text
+    assert "this run's tuning gained nothing over the strategies in use (80.000 us)" in text
+    assert "100.000 us -> 80.000 us over CANN's defaults (25.00% faster)" in text
+    assert "hits 1 (built-in 1, custom 0, this run 0; updated 0, reserved 1)" in text

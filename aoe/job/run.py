@@ -89,8 +89,8 @@ class JobResult:
         """The console summary: top operators or subgraphs, counters, status, where the files are."""
         lines: list[str] = []
         if self.report is not None:
-            lines += opat_summary(self.report, top) if self.kind == "opat" else sgat_summary(self.report, top)
-            lines += hit_lines(self.report, self.hits, self.repeat_tune, self.kind)
+            summary = opat_summary if self.kind == "opat" else sgat_summary
+            lines += summary(self.report, top, self.hits, self.repeat_tune) + hit_lines(self.report, self.hits, self.kind)
             skipped = self.skipped if self.skipped is not None else skipped_entries(self.report)
             if skipped:  # absent from every total above: say which, never only how many
                 lines.append(f"skipped operators (not priced, in no total): {len(skipped)}: "
