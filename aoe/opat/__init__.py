@@ -12,7 +12,10 @@
 | `tune.py` | one case: Schedule, then Format, then Impl, the gain attributed to each kind |
 | `graph_tune.py` | a graph: de-duplicated cases, bank lookups, the add/update/reserved/unsatisfied rule, workers |
 | `report.py` | `OpRecord` (with its resume state), the live `OpatReport`, the result section and its schema |
-| `apply.py` | pricing under the banks (`price`, `apply_bank`), the `op_type` label, tune_ops selection |
+| `apply.py` | pricing under the banks (`price`, `apply_bank`, `priced_cases` in the run record's form), the `op_type` label, tune_ops selection |
+| `detail.py` | a case's kernels in detail as plain values (what the run's record keeps), descriptors to and from JSON |
+
+The face below resolves a SoC name once (`load_soc`); the modules take the `Soc` value.
 """
 from __future__ import annotations
 
