@@ -160,7 +160,14 @@ class Report(Protocol):
 
 
 class Events:
-    """What a tuner tells its driver; the base class ignores everything and never stops."""
+    """What a tuner tells its driver; the base class ignores everything and never stops.
+
+    `detail`: True asks the tuner to fill each record's `detail` (the case's kernels or the subgraph's
+    plans, as plain values) before `case_done`: what a run's record keeps. It costs a few simulations
+    per case, so it is off unless asked for.
+    """
+
+    detail: bool = False
 
     def start(self, n_cases: int, report: Report) -> None:
         """Tuning begins: `n_cases` distinct cases to go; `report` is the live report."""

@@ -17,7 +17,7 @@ import time
 def measure(model: str, soc: str, training: bool) -> dict[str, object]:
     """Load `model` and count what `aoe.opat.apply.apply_bank` skips, by operator type."""
     import aoe.graph
-    from aoe.opat.apply import apply_bank
+    from aoe.opat import apply_bank
 
     t, c = time.perf_counter(), time.process_time()
     graph = aoe.graph.load(model, training=training)

@@ -392,6 +392,7 @@ def test_prefetch_looks_up_the_banks_the_job_will(scheduler, tmp_path):
     back as hits, then sent one task each when OPAT asked for them)."""
     import aoe.graph
     from aoe.job.settings import settings_from_env
+    from aoe.soc import load_soc
 
     g = aoe.graph.load("zoo:mobilenet_v2")
     (tmp_path / "bank").mkdir()
@@ -401,7 +402,7 @@ def test_prefetch_looks_up_the_banks_the_job_will(scheduler, tmp_path):
                 farm = CaseFarm(client)
             settings = settings_from_env({}, soc="Ascend910B2", mode=2, bank=tmp_path / "bank", builtin=builtin,
                                          lock=False)
-            queued = farm.prefetch(g, "Ascend910B2", settings)
+            queued = farm.prefetch(g, load_soc("Ascend910B2"), settings)
             if builtin:
                 assert farm.stats["bank_hits"] > 0 and queued < farm.stats["cases_total"]
             else:

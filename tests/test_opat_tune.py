@@ -238,5 +238,5 @@ def test_a_vector_op_between_large_matmuls_never_prices_below_zero(soc, tmp_path
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "swiglu.onnx")
     g = aoe.graph.load(tmp_path / "swiglu.onnx")
     mul = next(op for op in g.ops if op.type == "Mul")
-    r = tune_case(describe(g, mul), soc, budget=Budget(evaluations=2000))
+    r = tune_case(describe(g, mul), load_soc(soc), budget=Budget(evaluations=2000))
     assert 0 < r.after_us <= r.before_us

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import aoe.graph
-from aoe.opat.apply import apply_bank
+from aoe.opat import apply_bank
 from aoe.ops import describe
 from aoe.ops.coverage import format_counts, skipped_log_path, unmodelled, write_skipped_log
 from aoe.sim import VectorOp, simulate

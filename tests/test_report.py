@@ -27,9 +27,11 @@ from aoe import cli, sgat
 from aoe.errors import AoeError
 from aoe.job.run import JobSpec, run_job
 from aoe.job.settings import settings_from_env
-from aoe.opat.apply import apply_bank
-from aoe.report import collect, explain_graph_op, explain_single_op, write_report
-from aoe.report.data import read_result, reprice_ops, reprice_subgraphs
+from aoe.opat import apply_bank
+from aoe.report import collect, explain_graph_op, explain_recorded, explain_single_op, read_record, \
+    repriced_record, write_report
+from aoe.report.data import read_result, record_ops, record_subgraphs
+from aoe.report.record import record_path
 from aoe.soc import load_soc
 
 MODELS = ["resnet50", "bert_base", "mobilenet_v2", "gpt2"]
@@ -63,21 +65,23 @@ def test_the_job_writes_a_self_contained_report(jobs: dict, model: str, mode: in
     # nothing is fetched: no external script, stylesheet, font, image or frame
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", text, re.IGNORECASE)
     assert "<link" not in text and "@import" not in text and "@font-face" not in text
-    charts = ["roofline", "pipes", "waterfall"] + (["fusion", "subgraph-gains"] if mode == 1 else [])
+    # an SGAT run tunes fusion plans, not operator strategies: its page has no operator kernels to draw
+    charts = ["roofline", "pipes", "waterfall"] if mode == 2 else ["waterfall", "fusion", "subgraph-gains"]
     for name in charts:
         m = re.search(rf'<svg[^>]*data-chart="{name}".*?</svg>', text, re.DOTALL)
         assert m, name
         assert len(re.findall(r"<(path|use)\b", m.group(0))) > 10, name
     n_rows = len(re.findall(r'<tr data-s="', text))
-    data = collect(res.result_file, aoe.graph.load(f"zoo:{model}"), soc, op_bank_dir=jobs[(model, mode)][1].op_bank_dir,
-                   subgraph_bank_dir=jobs[(model, mode)][1].subgraph_bank_dir)
-    assert n_rows == len(data.ops) > 0
-    if mode == 2:  # the report's whole-model figures are the tuned operators', re-priced like `aoe verify`
-        assert data.model_tuned_us < data.model_default_us
+    data = collect(res.result_file)
+    if mode == 2:  # the report's whole-model figures are the job's own, bit for bit
+        assert n_rows == len(data.ops) > 0
+        recs = [r for r in res.report.records if r.default_us is not None and r.after_us is not None]
+        assert data.model_default_us == sum(r.default_us for r in recs)
+        assert data.model_tuned_us == sum(r.after_us for r in recs) < data.model_default_us
     else:
-        sec = res.section
-        assert data.model_default_us / 1000 == pytest.approx(sec["model_baseline_performance(ms)"], rel=1e-5)
-        assert data.model_tuned_us / 1000 == pytest.approx(sec["model_result_performance(ms)"], rel=1e-5)
+        assert n_rows == 0 and len(data.subgraphs) == res.report.n_cases
+        assert (data.model_default_us, data.model_tuned_us, data.model_unfused_us) == \
+            (res.report.model_baseline_us, res.report.model_result_us, res.report.model_unfused_us)
 
 
 @pytest.mark.skipif(BROWSER is None, reason="no headless browser installed (apt-get install chromium)")
@@ -97,35 +101,41 @@ def test_the_report_renders_in_a_real_browser(jobs: dict, model: str, mode: int,
     assert m, "the page's script did not run to its end"
     status = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
     assert status["errors"] == []
-    assert status["sorted_desc"] is True
-    assert status["filter_none"] == 0 and 1 <= status["filter_first"] <= status["rows"]
-    expected = ["roofline", "pipes", "waterfall"] + (["fusion", "subgraph-gains"] if mode == 1 else [])
+    if mode == 2:   # an SGAT page has no operator table to sort and filter
+        assert status["sorted_desc"] is True
+        assert status["filter_none"] == 0 and 1 <= status["filter_first"] <= status["rows"]
+    expected = ["roofline", "pipes", "waterfall"] if mode == 2 else ["waterfall", "fusion", "subgraph-gains"]
     assert sorted(status["charts"]) == sorted(expected)
     for name, c in status["charts"].items():  # laid out with a size, and drawn
         assert c["w"] > 300 and c["h"] > 150 and c["paths"] > 10 and c["texts"] > 3, (name, c)
 
 
 def test_repricing_agrees_with_the_apply_rooms(jobs: dict) -> None:
+    """A result file without a record is re-priced (`repriced_record`) exactly as `aoe verify` prices."""
     _, settings = jobs[("mobilenet_v2", 2)]
     g = aoe.graph.load("zoo:mobilenet_v2")
     soc = load_soc("Ascend910B2")
-    rows, cases, _ = reprice_ops(g, soc, settings.op_bank_dir)
+    rows, cases = record_ops(repriced_record(g, soc, "opat", op_bank_dir=settings.op_bank_dir))
     ref, _ = apply_bank(g, soc, settings.op_bank_dir)
     assert [(r.name, r.default_us, r.tuned_us, r.source) for r in rows] == \
         [(o.op_name, o.default_us, o.tuned_us, o.source) for o in ref]
     assert sum(c.count for c in cases) == len(rows)
     _, settings1 = jobs[("mobilenet_v2", 1)]
     soc_a = load_soc("Ascend910A")
-    views, base, tuned, unfused = reprice_subgraphs(g, soc_a, settings1.subgraph_bank_dir, set())
+    rec = repriced_record(g, soc_a, "sgat", subgraph_bank_dir=settings1.subgraph_bank_dir)
+    views, tuned = record_subgraphs(rec, set())
     t = sgat.apply_bank(g, soc_a, settings1.subgraph_bank_dir)
-    assert (base / 1000, tuned / 1000, unfused / 1000) == pytest.approx(tuple(t), rel=1e-9)
+    assert (rec.baseline_us / 1000, tuned / 1000, rec.unfused_us / 1000) == pytest.approx(tuple(t), rel=1e-9)
     assert any(v.gain_us > 0 and len(v.tuned_groups) != len(v.default_groups) for v in views)
 
 
 def test_a_result_file_of_another_model_or_no_result_file_is_refused(jobs: dict, tmp_path: Path) -> None:
     res, settings = jobs[("resnet50", 2)]
-    with pytest.raises(AoeError, match="does not describe this model"):
-        collect(res.result_file, aoe.graph.load("zoo:mobilenet_v2"), "Ascend910B2", op_bank_dir=settings.op_bank_dir)
+    old = tmp_path / "old.json"          # a result file an older aoe wrote: no record beside it
+    old.write_bytes(res.result_file.read_bytes())
+    assert cli.main(["report", str(old), "-m", "zoo:mobilenet_v2", "-o", str(tmp_path / "x.html")]) == 2
+    with pytest.raises(AoeError, match="pass -m MODEL"):
+        collect(old)
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(AoeError, match="not a readable JSON"):
@@ -140,12 +150,16 @@ def test_aoe_report_cli_writes_the_page(jobs: dict, tmp_path: Path, capsys: pyte
     res, settings = jobs[("mobilenet_v2", 1)]
     out = tmp_path / "r.html"
     bank = str(settings.subgraph_bank_dir)
-    assert cli.main(["report", str(res.result_file), "-m", "zoo:mobilenet_v2", "--soc_version", "Ascend910A",
-                     "--bank", bank, "-o", str(out)]) == 0
+    assert cli.main(["report", str(res.result_file), "--bank", str(settings.work_path), "-o", str(out)]) == 0
     assert f"report: {out}" in capsys.readouterr().out
-    assert 'data-chart="fusion"' in out.read_text(encoding="utf-8")
-    # SGAT results need an SGAT SoC: the error says which
-    assert cli.main(["report", str(res.result_file), "-m", "zoo:mobilenet_v2", "-o", str(out)]) == 2
+    page = out.read_text(encoding="utf-8")
+    assert 'data-chart="fusion"' in page and "bank view (--bank" in page
+    # a result file without a record is re-priced with -m: SGAT results need an SGAT SoC, the error says which
+    old = tmp_path / "old_sgat.json"
+    old.write_bytes(res.result_file.read_bytes())
+    assert cli.main(["report", str(old), "-m", "zoo:mobilenet_v2", "--soc_version", "Ascend910A",
+                     "--bank", bank, "-o", str(out)]) == 0
+    assert cli.main(["report", str(old), "-m", "zoo:mobilenet_v2", "-o", str(out)]) == 2
     assert "not supported on Ascend910B2" in capsys.readouterr().err
 
 
@@ -188,7 +202,7 @@ def _rows(lines: list[str], which: str) -> dict[str, tuple[float, bool]]:
 @pytest.mark.parametrize("model,name,shape", [("bert_base", FFN, "input_ids:8,128;attention_mask:8,128"),
                                               ("resnet50", "/conv1/Conv", None)])
 def test_explain_shows_the_bound_pipe_and_what_changed(model: str, name: str, shape: str | None) -> None:
-    exp = explain_graph_op(aoe.graph.load(f"zoo:{model}", shape), name, "Ascend910B2", None, budget=2000)
+    exp = explain_graph_op(aoe.graph.load(f"zoo:{model}", shape), name, load_soc("Ascend910B2"), None, budget=2000)
     d, t = exp.default.kernel, exp.tuned.kernel
     assert t.time_us < d.time_us                      # tuning found a faster strategy
     width = 64
@@ -236,14 +250,19 @@ def test_explain_shows_the_bound_pipe_and_what_changed(model: str, name: str, sh
 
 
 def test_explain_uses_the_bank_and_agrees_with_the_report(jobs: dict) -> None:
-    _, settings = jobs[("resnet50", 2)]
+    res, settings = jobs[("resnet50", 2)]
     g = aoe.graph.load("zoo:resnet50")
-    exp = explain_graph_op(g, "/conv1/Conv", "Ascend910B2", settings.op_bank_dir)
-    rows, _, _ = reprice_ops(g, load_soc("Ascend910B2"), settings.op_bank_dir)
+    exp = explain_graph_op(g, "/conv1/Conv", load_soc("Ascend910B2"), settings.op_bank_dir)
+    rows, _ = record_ops(read_record(record_path(res.result_file)))
     row = next(r for r in rows if r.name == "/conv1/Conv")
-    assert exp.tuned.source == f"{row.source} bank"
+    # the job tuned it ("this run" in its record); the bank now holds that strategy in the custom bank
+    assert row.source == "this run" and exp.tuned.source == "custom bank"
     assert exp.tuned.total_us == pytest.approx(row.tuned_us, rel=1e-12)
     assert exp.default.total_us == pytest.approx(row.default_us, rel=1e-12)
+    # from the record alone: the job's own figures, bit for bit
+    rec = explain_recorded(read_record(record_path(res.result_file)), "/conv1/Conv")
+    assert (rec.default.total_us, rec.tuned.total_us) == (row.default_us, row.tuned_us)
+    assert rec.tuned.kernel.strategy == exp.tuned.kernel.strategy and rec.reasons == exp.reasons
 
 
 def test_explain_cli_single_op_json_and_timeline_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -257,16 +276,16 @@ def test_explain_cli_single_op_json_and_timeline_files(tmp_path: Path, capsys: p
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     out = capsys.readouterr().out
     assert "◀ bound" in out and "why:" in out
-    exp = explain_single_op("SoftmaxV2", [[64, 128, 128]], "Ascend910A", budget=500)
+    exp = explain_single_op("SoftmaxV2", [[64, 128, 128]], load_soc("Ascend910A"), budget=500)
     assert exp.op_type == "SoftmaxV2" and exp.reasons
 
 
 def test_explain_errors_say_what_to_do(capsys: pytest.CaptureFixture[str]) -> None:
     g = aoe.graph.load("zoo:resnet50")
     with pytest.raises(AoeError, match="no operator"):
-        explain_graph_op(g, "/no/such/op", "Ascend910B2")
+        explain_graph_op(g, "/no/such/op", load_soc("Ascend910B2"))
     with pytest.raises(AoeError, match="matches .* operators"):
-        explain_graph_op(g, "Conv", "Ascend910B2")
+        explain_graph_op(g, "Conv", load_soc("Ascend910B2"))
     assert cli.main(["explain", "MatMulV2"]) == 2
     assert "--shape" in capsys.readouterr().err
     assert cli.main(["explain", "MatMulV2", "--shape", "64,64", "--shape", "64,64", "-o", "x.txt"]) == 2
@@ -279,6 +298,7 @@ def test_a_result_file_with_several_tasks_gets_one_report_per_task(jobs: dict, t
     (key, parts), = doc.items()
     two = tmp_path / "aoe_result_opat_1_pid1.json"
     two.write_text(json.dumps({key: parts, key + "b": parts}))
-    p = write_report(two, aoe.graph.load("zoo:mobilenet_v2"), "Ascend910B2", op_bank_dir=settings.op_bank_dir,
-                     task=key)
+    g = aoe.graph.load("zoo:mobilenet_v2")
+    p = write_report(two, task=key, record=repriced_record(g, load_soc("Ascend910B2"), "opat",
+                                                          op_bank_dir=settings.op_bank_dir, task=key))
     assert p == tmp_path / f"aoe_result_opat_1_pid1.{key}.html" and p.is_file()

@@ -398,7 +398,7 @@ def test_the_bank_and_verify_use_the_default_fusion(tmp_path) -> None:
     assert times.unfused_ms == pytest.approx(rep.model_unfused_ms)
     assert times.unfused_ms > times.default_ms
     # `aoe verify -j 1` compares against the default fusion, with unfused beside it, labelled
-    ver = verify_graph(g, A, mode=1, subgraph_bank_dir=tmp_path, builtin=False)
+    ver = verify_graph(g, load_soc(A), mode=1, subgraph_bank_dir=tmp_path, builtin=False)
     assert ver.sgat_baseline_ms == pytest.approx(times.default_ms) and ver.sgat_unfused_ms == times.unfused_ms
     d = ver.to_dict()
     assert d["model_default_ms"] == times.default_ms and d["model_unfused_ms"] == times.unfused_ms

@@ -76,7 +76,7 @@ def test_depthwise_default_is_no_outlier(zoo_cases, soc):
     fwd = [c for c in zoo_cases if c.op_type == "Conv2D" and c.key["groups"] > 1][:6]
     assert fwd
     for c in fwd:
-        r = tune_case(c, soc, budget=Budget(evaluations=2000))
+        r = tune_case(c, load_soc(soc), budget=Budget(evaluations=2000))
         assert r.before_us / r.after_us < 3, (c.key, r.impl)
 
 

@@ -35,7 +35,7 @@ from ..ops import Unsupported, describe
 from ..opat.graph_tune import tune_job
 from ..opat.search import Budget
 from ..opat.tune import KINDS
-from ..soc import Soc, load_soc
+from ..soc import Soc, require_soc
 from .connect import TlsFiles, check_workers, connect
 
 Job = tuple[Any, Soc, tuple[str, ...], Budget, str, int, int]  # what graph_tune hands its pool
@@ -169,10 +169,10 @@ class CaseFarm:
         self._queued_keys.add(key)
         return True
 
-    def prefetch(self, graph: Any, soc: Soc | str, settings: Any) -> int:
+    def prefetch(self, graph: Any, soc: Soc, settings: Any) -> int:
         """Queue the bank misses of `graph` as OPAT will tune them (job settings: budget, repeat_tune,
         implmode, te_parallel, op_bank_dir); returns the number of new distinct cases queued."""
-        soc = load_soc(soc)
+        soc = require_soc(soc, "Farm.prefetch")
         plain = dataclasses.replace(soc, _native=None)
         budget = Budget(evaluations=settings.budget) if settings.budget else Budget()
         custom = OpBank(settings.op_bank_dir, soc.name, soc.cube_cores) if settings.op_bank_dir else None
@@ -208,14 +208,14 @@ class CaseFarm:
         self.stats["cases_distinct"] += queued
         return queued
 
-    def prefetch_subgraphs(self, graph: Any, soc: Soc | str, settings: Any) -> int:
+    def prefetch_subgraphs(self, graph: Any, soc: Soc, settings: Any) -> int:
         """Queue the subgraph searches SGAT will run on `graph` (job settings: repeat_tune, builtin,
         subgraph_bank_dir): partition and price it once here (the job reuses that), look every distinct
         subgraph up in the banks as SGAT will; returns the number of new distinct searches queued."""
         from ..bank.subgraph import SubgraphBank
         from ..sgat.tune import SgatConfig, builtin_subgraph_bank, check_soc, prepare
 
-        soc = load_soc(soc)
+        soc = require_soc(soc, "Farm.prefetch_subgraphs")
         check_soc(soc)
         prep = prepare(graph, soc)
         with self._lock:
@@ -266,10 +266,10 @@ class CaseFarm:
             if keep and spec.model is not None and spec.graph is None:
                 self._loaded[source] = graphs[i]
             if spec.mode == 2:
-                self.prefetch(graphs[i], spec.soc, settings)
+                self.prefetch(graphs[i], spec.soc_value, settings)
             elif spec.mode == 1:
                 try:
-                    self.prefetch_subgraphs(graphs[i], spec.soc, settings)
+                    self.prefetch_subgraphs(graphs[i], spec.soc_value, settings)
                 except AoeError:
                     continue
             self.flush(partial=True)  # the workers start while the next models are read

@@ -184,10 +184,11 @@ def tune_models(models: Sequence[Any], mode: str | int = "op", soc: str = DEFAUL
 def verify(model: Any, mode: str | int = "op", soc: str = DEFAULT_SOC, bank: PathLike | None = None, *,
            input_shape: Any = None, training: bool = False, framework: str | int | None = None,
            cache_mode: str = "enable", builtin: bool = True, compute_dtype: str = "float16",
-           env: Mapping[str, str] | None = None) -> VerifyReport:
+           env: Mapping[str, str] | None = None, result: PathLike | None = None) -> VerifyReport:
     """Compile `model` with default strategies and with the banks; returns a `VerifyReport`.
 
-    `bank` is the TUNE_BANK_PATH-equivalent root (default: the environment, as for tuning).
+    `bank` is the TUNE_BANK_PATH-equivalent root (default: the environment, as for tuning). `result`:
+    a job's result file; the report then says where its figures differ from that run's record, and why.
     """
     m = cfg.parse_mode(mode, "mode")
     check_cache_mode(cache_mode)
@@ -203,8 +204,20 @@ def verify(model: Any, mode: str | int = "op", soc: str = DEFAULT_SOC, bank: Pat
     sg_dir = resolve_subgraph_bank_dir(soc_obj.name, env=e) if m == 1 else None
     spec = _spec(model, m, soc, input_shape, training, None, framework, compute_dtype=compute_dtype)
     graph = load_graph(spec)
-    return verify_graph(graph, soc_obj, mode=m, op_bank_dir=op_dir, subgraph_bank_dir=sg_dir, builtin=builtin,
-                        cache_mode=cache_mode, model=spec.describe())
+    rep = verify_graph(graph, soc_obj, mode=m, op_bank_dir=op_dir, subgraph_bank_dir=sg_dir, builtin=builtin,
+                       cache_mode=cache_mode, model=spec.describe())
+    if result is not None:
+        from ..report.data import read_result
+        from ..report.record import read_record, record_path
+        from .verification import compare_with_record
+
+        rp = record_path(result)
+        if not rp.exists():
+            raise AoeError(f"{result} has no run record beside it ({rp.name}): an older aoe wrote it, so there is "
+                           "nothing to compare with; drop --result")
+        rec = read_record(rp, read_result(result)[0])
+        rep.record_notes = compare_with_record(rep, rec, graph, soc_obj, builtin=builtin)
+    return rep
 
 
 def result_files(work_path: PathLike, kind: str = "opat") -> list[Path]:

@@ -205,6 +205,8 @@ def verify_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=int, default=20, metavar="N", help="operators listed (default 20)")
     p.add_argument("--all", action="store_true", help="list every operator")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--result", metavar="RESULT_FILE",
+                   help="also say where these figures differ from that job's run record, and why")
     return p
 
 
@@ -224,7 +226,7 @@ def verify_main(argv: list[str]) -> int:
                  input_shape=args.input_shape, training=args.training,
                  framework="singleop" if args.singleop else None,
                  cache_mode=args.op_compiler_cache_mode, builtin=not args.no_builtin,
-                 compute_dtype=args.compute_dtype)
+                 compute_dtype=args.compute_dtype, result=args.result)
     if args.json:
         print(json.dumps(rep.to_dict(), indent=2))
     else:

@@ -103,7 +103,21 @@ def skipped_entries(report: Any, graph: Any = None) -> list[dict[str, Any]]:
     return out
 
 
-def opat_summary(report: Any, top: int = 10) -> list[str]:
+def _cases_line(c: Any, hits: dict[str, int] | None, repeat_tune: bool) -> str:
+    """The counters in words: with REPEAT_TUNE every case was tuned again, and the hits say so."""
+    split = (f"built-in {hits.get('builtin', 0)}, custom {hits.get('custom', 0)}, this run {hits.get('this run', 0)}"
+             if hits and c.repo_hit_num else "")
+    origin = f" ({split})" if split else ""
+    if repeat_tune:
+        return (f"cases: total {c.total_num}, every one tuned again (REPEAT_TUNE): {c.repo_hit_num} were in a "
+                f"bank{origin}, of which {c.repo_update_num} beat the bank's strategy and replaced it (update) and "
+                f"{c.repo_reserved_num} did not (reserved); {c.repo_add_num} new ones added, "
+                f"{c.repo_unsatisfied_num} unsatisfied")
+    return (f"cases: total {c.total_num}, added {c.repo_add_num}, hits {c.repo_hit_num} ({split + '; ' if split else ''}"
+            f"updated {c.repo_update_num}, reserved {c.repo_reserved_num}), unsatisfied {c.repo_unsatisfied_num}")
+
+
+def opat_summary(report: Any, top: int = 10, hits: dict[str, int] | None = None, repeat_tune: bool = False) -> list[str]:
     """Top operators by time saved, then totals (OPAT)."""
     recs = [r for r in report.records if r.before_us is not None and r.after_us is not None]
     saved = sorted((r for r in recs if r.after_us < r.before_us), key=lambda r: r.before_us - r.after_us,
@@ -126,17 +140,21 @@ def opat_summary(report: Any, top: int = 10) -> list[str]:
     after = sum(r.after_us for r in recs)
     c = report.counters
     lines.append(f"operators: {len(report.records)} ({len(recs)} priced, {len(report.skipped)} skipped, "
-                 f"{len(report.failed)} failed); cases: total {c.total_num}, added {c.repo_add_num}, "
-                 f"hits {c.repo_hit_num} (updated {c.repo_update_num}, reserved {c.repo_reserved_num}), "
-                 f"unsatisfied {c.repo_unsatisfied_num}")
+                 f"{len(report.failed)} failed); {_cases_line(c, hits, repeat_tune)}")
     if recs and after > 0:
-        lines.append(f"tuned operators, sum of times: {_fmt_us(before)} -> {_fmt_us(after)} "
-                     f"({improvement(before, after)} faster)")
-        # a bank hit's "before" is the bank's own strategy: where hits made the two differ, also the gain
-        # over what the compiler runs without any bank (what `aoe verify` reports)
         dflt = [r for r in recs if r.default_us is not None]
         default, tuned = sum(r.default_us for r in dflt), sum(r.after_us for r in dflt)
-        if dflt and round(default, 3) != round(before, 3):
+        if round(before, 3) == round(after, 3) and dflt and round(default, 3) != round(tuned, 3):
+            # nothing this run tuned beat the strategy in use: every gain is a bank hit's (issue 26 item 6)
+            lines.append(f"this run's tuning gained nothing over the strategies in use ({_fmt_us(after)}); "
+                         f"the bank hits' strategies give {_fmt_us(default)} -> {_fmt_us(tuned)} over CANN's "
+                         f"defaults ({improvement(default, tuned)} faster)")
+        else:
+            lines.append(f"tuned operators, sum of times: {_fmt_us(before)} -> {_fmt_us(after)} "
+                         f"({improvement(before, after)} faster)")
+        # a bank hit's "before" is the bank's own strategy: where hits made the two differ, also the gain
+        # over what the compiler runs without any bank (what `aoe verify` reports)
+        if dflt and round(default, 3) != round(before, 3) and round(before, 3) != round(after, 3):
             lines.append(f"  over CANN's default strategies (bank hits included): {_fmt_us(default)} -> "
                          f"{_fmt_us(tuned)} ({improvement(default, tuned)} faster)")
     failed = [r for r in report.records if r.error]
@@ -151,7 +169,23 @@ def opat_summary(report: Any, top: int = 10) -> list[str]:
     return lines
 
 
-def sgat_summary(report: Any, top: int = 10) -> list[str]:
+def hit_lines(report: Any, hits: dict[str, int] | None, kind: str) -> list[str]:
+    """What the counters line cannot say: hits on entries this run added, and gains that are all the banks'."""
+    if not hits:
+        return []
+    c = report.counters
+    out = []
+    if hits.get("this run"):
+        out.append(f"{hits['this run']} hits are on entries an earlier graph of this run added (e.g. its forward "
+                   "graph), not on a bank from before the run")
+    if kind == "sgat" and c.repo_add_num == 0 and c.repo_update_num == 0 and report.model_result_us < report.model_baseline_us:
+        out.append("every gain above comes from bank hits (" + ", ".join(
+            f"{k} {v}" for k, v in (("built-in", hits.get("builtin", 0)), ("custom", hits.get("custom", 0)),
+                                   ("this run", hits.get("this run", 0))) if v) + "): this run's tuning added none")
+    return out
+
+
+def sgat_summary(report: Any, top: int = 10, hits: dict[str, int] | None = None, repeat_tune: bool = False) -> list[str]:
     """Top subgraphs by time saved, then totals (SGAT)."""
     lines = []
     recs = sorted((r for r in report.records if r.after_us < r.before_us),
@@ -168,9 +202,8 @@ def sgat_summary(report: Any, top: int = 10) -> list[str]:
                        [False, False, True, True, True, True, False])
         lines.append("")
     c = report.counters
-    lines.append(f"subgraphs: {report.n_subgraphs} ({report.n_cases} distinct tunable); cases: total {c.total_num}, "
-                 f"added {c.repo_add_num}, hits {c.repo_hit_num} (updated {c.repo_update_num}, reserved "
-                 f"{c.repo_reserved_num}), unsatisfied {c.repo_unsatisfied_num}")
+    lines.append(f"subgraphs: {report.n_subgraphs} ({report.n_cases} distinct tunable); "
+                 f"{_cases_line(c, hits, repeat_tune)}")
     b, a = report.model_baseline_us, report.model_result_us
     if a > 0:
         lines.append(f"model: default fusion {_fmt_us(b)} -> tuned {_fmt_us(a)} ({improvement(b, a)} faster)")

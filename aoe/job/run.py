@@ -33,15 +33,16 @@ from ..graph.training import derive_training
 from ..opat.graph_tune import case_executor
 from ..opat.report import record_from_state as opat_record
 from ..ops.coverage import format_counts, skipped_log_path, write_skipped_log
-from ..soc import Soc, load_soc
+from ..soc import Soc
 from ..tuning import FAILED, INCOMPLETE, SUCCESS, Events, Report
-from .inputs import check_inputs, model_bytes, output_file_name, selected_ops, task_name
+from .inputs import check_inputs, model_bytes, selected_ops, task_name
 from .lock import DeviceLock
-from .progress import Progress, opat_summary, sgat_summary, skipped_entries
-from .result import ResultFile, atomic_write_json, find_interrupted, read_journal, remove_stale_temps
+from .progress import Progress, hit_lines, opat_summary, sgat_summary, skipped_entries
+from .records import TaskRecord, soc_value
+from .result import ResultFile, find_interrupted, read_journal, remove_stale_temps
 from .settings import DEFAULT_SOC, JobSettings, JobSpec, _warn, memory_note, settings_from_env
 from .signals import StopFlag
-from .verification import verify_graph
+from .verification import write_tuned_model
 
 KIND = {1: "sgat", 2: "opat"}
 CHECKPOINT_S = 1.0  # the result file and resume state are rewritten at most this often (and at the end)
@@ -73,6 +74,8 @@ class JobResult:
     skipped: list[dict[str, Any]] | None = None  # operators not priced: {"op", "op_type", "reason"}
     skipped_log: Path | None = None     # the same list in a file beside the result file
     report_html: Path | None = None     # the HTML report beside the result file (aoe.report)
+    hits: dict[str, int] | None = None  # bank hits by provenance: builtin / custom / this run
+    repeat_tune: bool = False
 
     @property
     def exit_code(self) -> int:
@@ -86,7 +89,8 @@ class JobResult:
         """The console summary: top operators or subgraphs, counters, status, where the files are."""
         lines: list[str] = []
         if self.report is not None:
-            lines += opat_summary(self.report, top) if self.kind == "opat" else sgat_summary(self.report, top)
+            summary = opat_summary if self.kind == "opat" else sgat_summary
+            lines += summary(self.report, top, self.hits, self.repeat_tune) + hit_lines(self.report, self.hits, self.kind)
             skipped = self.skipped if self.skipped is not None else skipped_entries(self.report)
             if skipped:  # absent from every total above: say which, never only how many
                 lines.append(f"skipped operators (not priced, in no total): {len(skipped)}: "
@@ -155,18 +159,22 @@ def _tuner(kind: str, settings: JobSettings) -> _Tuner:
 
 
 class _JobEvents(Events):
-    """The tuner's events as the job handles them: progress bar, result file, resume state, stop flag."""
+    """The tuner's events as the job handles them: progress bar, run record, result file, resume state, stop flag."""
 
-    def __init__(self, progress: Progress, stop: StopFlag, write: Callable[..., None]) -> None:
+    detail = True   # the run's record keeps every case's kernels (or subgraph's plans)
+
+    def __init__(self, progress: Progress, stop: StopFlag, write: Callable[..., None], record: TaskRecord) -> None:
         self.report: Report | None = None
-        self._progress, self._stop, self._write = progress, stop, write
+        self._progress, self._stop, self._write, self._record = progress, stop, write, record
 
     def start(self, n_cases: int, report: Report) -> None:
         self.report = report
+        self._record.start(report)
         self._progress.start(n_cases)
 
     def case_done(self, records: Sequence[Any], hit: bool) -> None:
         label = records[0].label if records else ""
+        self._record.case(self.report, records)
         self._progress.step(hit, label, sum(r.n_ops for r in records))
         self._write(self.report, False, new=records)
 
@@ -187,7 +195,7 @@ def run_job(spec: JobSpec, settings: JobSettings, *, out: Callable[[str], None] 
     until its result file is final.
     """
     kind = KIND[spec.mode]
-    soc = load_soc(spec.soc)
+    soc = spec.soc_value      # resolved once, where the spec was made (a door): a value from here on
     if spec.mode == 1:
         from ..sgat import check_soc  # lazily: an OPAT job never needs the SGAT tuner
 
@@ -218,9 +226,7 @@ def run_job(spec: JobSpec, settings: JobSettings, *, out: Callable[[str], None] 
 
         if report_html or rep.report_available():
             try:
-                res.report_html = rep.write_report(
-                    res.result_file, graph, soc, task=res.report_key, op_bank_dir=settings.op_bank_dir,
-                    subgraph_bank_dir=settings.subgraph_bank_dir, model=spec.describe(), settings=settings.describe())
+                res.report_html = rep.write_report(res.result_file, task=res.report_key)
             except Exception as exc:  # noqa: BLE001 - the tuning is done and saved: say so, keep the exit code
                 _warn(f"no HTML report: {exc}" if isinstance(exc, AoeError) else
                       f"no HTML report ({type(exc).__name__}: {exc}); the tuning result is complete")
@@ -312,7 +318,9 @@ def _run_stoppable(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, t
     for line in settings.describe(cluster=kind == "opat" and case_executor.get() is not None):
         _say(out, f"  {line}")
     progress = Progress(settings.progress, unit=tuner.unit, force=settings.progress_force)
-    events = _JobEvents(progress, stop, write)
+    record = TaskRecord(rf, key, kind, {"tuning_name": tuning_name, "soc": soc_value(soc), "model": spec.record(),
+                                        "options": settings.pricing_options(kind), "settings": settings.describe()})
+    events = _JobEvents(progress, stop, write, record)
     report = None
     try:
         report = tuner.tune(graph, soc, tuner.bank_dir, tuner.config, only=only, events=events, done=done)
@@ -323,6 +331,7 @@ def _run_stoppable(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, t
         progress.close()
         write(events.report, True, section=tuner.section_on_error)
         rf.close_journal()
+        record.writer.close()
         raise
     finally:
         progress.close()
@@ -333,6 +342,7 @@ def _run_stoppable(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, t
             report.status = INCOMPLETE
         write(report, True)
         rf.close_journal()
+        record.end(report, INCOMPLETE, seconds)
         return JobResult(kind, INCOMPLETE, rf.path, key, tuning_name, report,
                          report.to_result_section() if report is not None else None, seconds, stop.signum,
                          tuner.bank_dir, len(done), **_skipped(rf.path, report, graph, tuning_name))
@@ -341,8 +351,10 @@ def _run_stoppable(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, t
     rf.set_task(key, tuning_name, seconds, sec)
     rf.write()
     rf.remove_state()
+    record.end(report, report.status, seconds)
     return JobResult(kind, report.status, rf.path, key, tuning_name, report, sec, seconds, None,
-                     tuner.bank_dir, len(done), **_skipped(rf.path, report, graph, tuning_name))
+                     tuner.bank_dir, len(done), **_skipped(rf.path, report, graph, tuning_name),
+                     hits=dict(record.hits), repeat_tune=settings.repeat_tune)
 
 
 def _skipped(result_path: Path, report: Any, graph: Any, tuning_name: str) -> dict[str, Any]:
@@ -376,25 +388,3 @@ def _set_seconds(report: Any, seconds: float) -> None:
         report.tuning_time_s = seconds
     else:
         report.seconds = seconds
-
-
-def write_tuned_model(path: Path, graph: Any, soc: Any, mode: int, settings: JobSettings, name: str) -> Path:
-    """`--output`: the graph with, per operator, the strategy in use after tuning and its simulated time."""
-    text = os.fspath(path)
-    path = Path(path)
-    if path.is_dir() or text.endswith(("/", os.sep)):
-        # a directory (or a name that says it is one): the file inside it, its name never from the model
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise AoeError(f"cannot create the --output directory {path}: {exc.strerror or exc}") from None
-        path = path / output_file_name(name)
-    rep = verify_graph(graph, soc, mode=mode, op_bank_dir=settings.op_bank_dir,
-                       subgraph_bank_dir=settings.subgraph_bank_dir, model=name)
-    data = {"format": "aoe-tuned-model/1", "soc_version": soc.name, "job_type": mode,
-            "performance": rep.to_dict(), "graph": graph.to_dict()}
-    try:
-        atomic_write_json(path, data, indent=None)
-    except OSError as exc:
-        raise AoeError(f"cannot write --output {path}: {exc.strerror or exc}") from None
-    return path

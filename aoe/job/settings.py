@@ -7,6 +7,8 @@ Every bad value raises `AoeError` naming the variable and what to set it to.
 """
 from __future__ import annotations
 
+import json
+
 import os
 import sys
 from dataclasses import dataclass, field
@@ -20,7 +22,7 @@ from ..bank.paths import check_dir, check_name
 from ..errors import AoeError
 from ..safeio import env_text
 from ..safetext import safe_text
-from ..soc import load_soc
+from ..soc import Soc, load_soc
 from . import config as cfg
 from .lock import lock_dir as default_lock_dir
 
@@ -42,11 +44,15 @@ class JobSpec:
     graph: Any = None                           # an aoe.graph.Graph instead of `model`
     input_shape: Any = None
     training: bool = False
-    soc: str = DEFAULT_SOC
+    soc: str | Soc = DEFAULT_SOC                # a name, an .ini path or a Soc value
     tune_ops: cfg.TuneOps | None = None
     name: str | None = None                     # tuning_name (default: the graph's name)
     compute_dtype: str = "float16"
     output: Path | str | None = None            # write the tuned model description here ("DIR/": in DIR)
+
+    def __post_init__(self) -> None:
+        # the job's door: a SoC named by the caller becomes a value once, here; the run passes the value on
+        self.soc_value: Soc = load_soc(self.soc)
 
     def describe(self) -> str:
         """What is tuned, for messages and the device lock."""
@@ -55,6 +61,18 @@ class JobSpec:
         if self.model:
             return str(self.model)
         return getattr(self.graph, "name", "graph")
+
+    def record(self) -> dict[str, Any]:
+        """The model spec as a run's record keeps it (plain values)."""
+        shapes = self.input_shape
+        if shapes is not None and not isinstance(shapes, (str, int, float, bool)):
+            try:
+                shapes = json.loads(json.dumps(shapes))
+            except (TypeError, ValueError):
+                shapes = str(shapes)
+        return {"model": self.describe(), "path": str(self.model) if self.model else None,
+                "framework": self.framework, "input_shape": shapes, "training": bool(self.training),
+                "compute_dtype": self.compute_dtype, "in_memory_graph": self.graph is not None}
 
 
 @dataclass
@@ -83,6 +101,12 @@ class JobSettings:
     config_path: Path | None = None
     tune_ops_file: str | None = None            # from aoe.ini's aoe_config_file
     notes: list[str] = field(default_factory=list)
+
+    def pricing_options(self, kind: str) -> dict[str, Any]:
+        """The options that change a job's figures, as a run's record keeps them."""
+        bank = self.op_bank_dir if kind == "opat" else self.subgraph_bank_dir
+        return {"implmode": self.implmode, "builtin": self.builtin, "repeat_tune": self.repeat_tune,
+                "budget": self.budget, "bank_dir": str(bank) if bank is not None else None}
 
     def describe(self, cluster: bool = False) -> list[str]:
         """The job's settings as header lines; `cluster`: operator cases go to a Dask cluster (aoe.batch)."""

@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AoeError
+from .inputs import output_file_name
+from .result import atomic_write_json
 from ..opat.apply import OpTime, apply_bank
-from ..soc import load_soc
+from ..soc import require_soc
 from ..tuning import improvement
 from .progress import table
 
@@ -44,6 +46,7 @@ class VerifyReport:
     sgat_tuned_ms: float | None = None
     sgat_unfused_ms: float | None = None
     cache_mode: str = "enable"
+    record_notes: list[str] | None = None   # where these figures differ from a run's record, and why
 
     @property
     def default_us(self) -> float:
@@ -77,9 +80,14 @@ class VerifyReport:
                       "model_default_ms": self.sgat_baseline_ms, "model_tuned_ms": self.sgat_tuned_ms,
                       "model_unfused_ms": self.sgat_unfused_ms,
                       "model_improvement": self.improvement})
+        if self.record_notes is not None:
+            d["against_the_record"] = self.record_notes
         return d
 
     def lines(self, top: int = 20, all_ops: bool = False) -> list[str]:
+        return self._lines(top, all_ops) + (self.record_notes or [])
+
+    def _lines(self, top: int, all_ops: bool) -> list[str]:
         out = [f"verification of {self.model} on {self.soc} (op_compiler_cache_mode={self.cache_mode}; "
                f"the banks are read afresh, no cache can hide new entries)"]
         if self.mode == 1:
@@ -134,7 +142,7 @@ def verify_graph(graph: Any, soc: Any, *, mode: int = 2, op_bank_dir: str | os.P
                  subgraph_bank_dir: str | os.PathLike[str] | None = None, builtin: bool = True,
                  cache_mode: str = "enable", model: str | None = None) -> VerifyReport:
     """Compile `graph` with default strategies and with the banks; see the module docstring."""
-    soc = load_soc(soc)
+    soc = require_soc(soc, "verify_graph")
     check_cache_mode(cache_mode)
     rep = VerifyReport(model=model or graph.name, soc=soc.name, mode=mode, cache_mode=cache_mode,
                        op_bank_dir=str(op_bank_dir) if op_bank_dir is not None else None,
@@ -149,3 +157,117 @@ def verify_graph(graph: Any, soc: Any, *, mode: int = 2, op_bank_dir: str | os.P
         return rep
     rep.ops, rep.skipped = op_times(graph, soc, op_bank_dir, builtin=builtin, cache_mode=cache_mode)
     return rep
+
+
+def write_tuned_model(path: Path, graph: Any, soc: Any, mode: int, settings: Any, name: str) -> Path:
+    """`--output`: the graph with, per operator, the strategy in use after tuning and its simulated time."""
+    text = os.fspath(path)
+    path = Path(path)
+    if path.is_dir() or text.endswith(("/", os.sep)):
+        # a directory (or a name that says it is one): the file inside it, its name never from the model
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise AoeError(f"cannot create the --output directory {path}: {exc.strerror or exc}") from None
+        path = path / output_file_name(name)
+    rep = verify_graph(graph, soc, mode=mode, op_bank_dir=settings.op_bank_dir,
+                       subgraph_bank_dir=settings.subgraph_bank_dir, model=name)
+    data = {"format": "aoe-tuned-model/1", "soc_version": soc.name, "job_type": mode,
+            "performance": rep.to_dict(), "graph": graph.to_dict()}
+    try:
+        atomic_write_json(path, data, indent=None)
+    except OSError as exc:
+        raise AoeError(f"cannot write --output {path}: {exc.strerror or exc}") from None
+    return path
+
+
+# --- against a run's record ---------------------------------------------------------------------
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
+
+
+def _soc_reason(run: Any, now: Any) -> str:
+    if run.to_dict() == now.to_dict():
+        return "same SoC: the simulator itself differs from the one that ran the job (another aoe version)"
+    if run.ini_sha256 and run.ini_sha256 != now.ini_sha256:
+        return (f"the SoC differs: the run used {run.name} from an .ini with sha256 {run.ini_sha256[:12]}…, "
+                f"this verification {now.name} ({now.ini_sha256[:12] or 'no file'}…)")
+    changed = [k for k, v in run.to_dict().items() if now.to_dict().get(k) != v and k != "source"]
+    return f"the SoC differs from the run's in {', '.join(changed[:6]) or 'its source'}"
+
+
+def _tuned_reason(line: Any, source: str, builtin_run: Any, builtin_now: bool) -> str:
+    run_src = "this run" if line["outcome"] in ("add", "update") else (line["provenance"] or "default")
+    if builtin_run is not None and bool(builtin_run) != builtin_now and "builtin" in (run_src, source):
+        return f"the run had the built-in bank {'on' if builtin_run else 'off'}, this verification has it " \
+               f"{'on' if builtin_now else 'off'}"
+    if run_src == "this run" and source != "custom":
+        return "the strategy this run wrote is not in this bank (another TUNE_BANK_PATH, or the entry was removed)"
+    if run_src in ("builtin", "default") and source == "custom":
+        return "the custom bank now holds a strategy for this case (tuned after the run)"
+    if line["error"]:
+        return "the case failed in the run"
+    return f"the bank's entry changed since the run (run: {run_src}, now: {source}; a later job updated it)"
+
+
+def compare_with_record(rep: VerifyReport, record: Any, graph: Any, soc: Any, *, builtin: bool = True,
+                        limit: int = 10) -> list[str]:
+    """Lines saying where `rep`'s re-priced figures differ from a run's record (`aoe.report.read_record`),
+    and why: a different SoC or simulator, a bank changed since the run, the built-in switch."""
+    out = [f"against the run's record {record.path.name} ({record.kind.upper()}, task {record.task}):"]
+    if record.soc.name != soc.name or record.soc.to_dict() != soc.to_dict():
+        out.append(f"  note: {_soc_reason(record.soc, soc)}")
+    if record.kind == "opat":
+        if rep.mode != 2:
+            return out + ["  the record is an operator-tuning run: verify with -j 2 to compare"]
+        run = {o[1]: (o, line) for line in record.cases.values() for o in line["ops"]}
+        diffs = []
+        for o in rep.ops:
+            got = run.get(o.op_name)
+            if got is None or got[0][3] is None or got[0][5] is None:
+                continue
+            (_, _, _, d_run, _, t_run), line = got
+            if not _close(d_run, o.default_us):
+                diffs.append((o.op_name, "default", d_run, o.default_us, _soc_reason(record.soc, soc)))
+            elif not _close(t_run, o.tuned_us):
+                diffs.append((o.op_name, "tuned", t_run, o.tuned_us,
+                              _tuned_reason(line, o.source, record.options.get("builtin"), builtin)))
+        missing = len(run) - sum(1 for o in rep.ops if o.op_name in run)
+        run_total = sum(v[0][5] for v in run.values() if v[0][5] is not None and v[0][3] is not None)
+        out.append(f"  model with the banks: the run measured {run_total / 1000:.6f} ms, now {rep.tuned_us / 1000:.6f} ms")
+        if missing:
+            out.append(f"  {missing} of the run's operators are not in this model (another model or input shape?)")
+        if not diffs:
+            out.append(f"  every operator's figures equal the record's ({len(rep.ops)} operators)")
+        else:
+            out.append(f"  {len(diffs)} operators differ (first {min(limit, len(diffs))}):")
+            for name, which, a, b, why in diffs[:limit]:
+                out.append(f"    {name}: {which} {a:.3f} us in the run, {b:.3f} us now: {why}")
+        return out
+    if rep.mode != 1:
+        return out + ["  the record is a subgraph-tuning run: verify with -j 1 to compare"]
+    from ..sgat import priced_subgraphs  # lazily: only SGAT comparisons need it
+
+    now, prep = priced_subgraphs(graph, soc, Path(rep.subgraph_bank_dir) if rep.subgraph_bank_dir else None,
+                                 builtin=builtin)
+    diffs = []
+    for key, line in record.subgraphs.items():
+        cur = now.get(key)
+        if cur is None:
+            diffs.append((key, line["after_us"], float("nan"), "not in this model (another model or SoC?)"))
+        elif not _close(line["baseline_us"], cur["baseline_us"]):
+            diffs.append((key, line["baseline_us"], cur["baseline_us"], _soc_reason(record.soc, soc)))
+        elif not _close(line["after_us"], cur["after_us"]):
+            diffs.append((key, line["after_us"], cur["after_us"],
+                          _tuned_reason(dict(line, error=None), cur["provenance"] or "default",
+                                        record.options.get("builtin"), builtin)))
+    out.append(f"  model: the run measured default fusion {record.baseline_us / 1000:.6f} ms; now "
+               f"{rep.sgat_baseline_ms:.6f} ms default, {rep.sgat_tuned_ms:.6f} ms with the bank")
+    if not diffs:
+        out.append(f"  every subgraph's figures equal the record's ({len(record.subgraphs)} distinct subgraphs)")
+    else:
+        out.append(f"  {len(diffs)} subgraphs differ (first {min(limit, len(diffs))}):")
+        for key, a, b, why in diffs[:limit]:
+            out.append(f"    {key}: {a:.3f} us in the run, {b:.3f} us now: {why}")
+    return out

@@ -18,7 +18,7 @@ from ..errors import AoeError
 from ..graph import Graph
 from ..ops import OpCase, Unsupported, Variant, describe
 from ..sim import default_strategy, strategy_fields
-from ..soc import Soc, load_soc
+from ..soc import Soc, require_soc
 from ..tuning import improvement
 from .search import Measure, simulator_measure
 from .tune import conversion_us
@@ -130,7 +130,7 @@ class OpTime:
                 "improvement": improvement(self.default_us, self.tuned_us)}
 
 
-def apply_bank(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | None, *, builtin: bool = True,
+def apply_bank(graph: Graph, soc: Soc, bank_dir: str | os.PathLike[str] | None, *, builtin: bool = True,
                memo: MutableMapping[Any, float] | None = None) -> tuple[list[OpTime], list[dict[str, str]]]:
     """Every operator of `graph` priced with CANN's default and with the banks' strategy; the banks are only read.
 
@@ -138,7 +138,7 @@ def apply_bank(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
     caches kernel times keyed by the strategy itself (SoC, case and the knowledge's content), so a
     changed bank entry is a different key and can never be hidden.
     """
-    soc = load_soc(soc)
+    soc = require_soc(soc, "aoe.opat.apply.apply_bank")
     measure = simulator_measure(soc)
     custom = OpBank(bank_dir, soc.name, soc.cube_cores) if bank_dir is not None else None
     chain = BankChain(custom, BuiltinBank(soc.name, soc.cube_cores) if builtin else None)
@@ -171,3 +171,41 @@ def apply_bank(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
                 source = f"invalid {entry.source} record"
         ops.append(OpTime(op.name, op_type_label(op), default, tuned, source))
     return ops, skipped
+
+
+def priced_cases(graph: Graph, soc: Soc, bank_dir: str | os.PathLike[str] | None, *, builtin: bool = True
+                 ) -> tuple[dict[str, dict[str, Any]], list[dict[str, str]]]:
+    """Every distinct case of `graph` priced under the banks, in the form of a run record's case lines
+    (`aoe.job.records`; the banks are only read): what `aoe verify` and a report of an old result
+    file without a record (`aoe report -m`) show. Returns the lines by case identity and the skipped operators."""
+    from .detail import case_detail  # the kernels in detail: only these readers need them
+
+    measure = simulator_measure(soc)
+    custom = OpBank(bank_dir, soc.name, soc.cube_cores) if bank_dir is not None else None
+    chain = BankChain(custom, BuiltinBank(soc.name, soc.cube_cores) if builtin else None)
+    extra: dict[Any, float] = {}
+    lines: dict[str, dict[str, Any]] = {}
+    priced, skipped = operator_cases(graph)
+    for i, (op, case) in enumerate(priced):
+        ident = repr(case.case_id)
+        line = lines.get(ident)
+        if line is None:
+            default_t = price(case, soc, None, measure, extra)
+            entry = chain.lookup(case.op_type, case.key)
+            tuned_t, source, knowledge = default_t, None, None
+            if entry is not None:
+                try:
+                    t = price(case, soc, entry.knowledge, measure, extra)
+                except (AoeError, KeyError, ValueError, TypeError):
+                    t = float("nan")
+                if np.isfinite(t):
+                    tuned_t, source, knowledge = t, entry.source, entry.knowledge
+            line = lines[ident] = {"outcome": None, "source": source, "provenance": source, "error": None,
+                                   "ops": [], "detail": case_detail(soc, case, knowledge),
+                                   "times": (default_t, tuned_t)}
+        label = op_type_label(op)
+        d, t = line["times"]
+        line["ops"].append([i, op.name, "+".join(label) if isinstance(label, list) else label, d, d, t])
+    for line in lines.values():
+        del line["times"]
+    return lines, skipped

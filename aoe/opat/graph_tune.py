@@ -25,9 +25,10 @@ from ..bank.decision import should_tune
 from ..errors import AoeError
 from ..graph import Graph
 from ..ops import HIGH_PERFORMANCE, IMPL_MODES, OpCase, Unsupported, describe
-from ..soc import Soc, load_soc
+from ..soc import Soc, require_soc
 from ..tuning import FAILED, INCOMPLETE, SUCCESS, Events, restore
 from .apply import fused_names, op_type_label, price
+from .detail import case_detail
 from .report import OpatReport, OpRecord
 from .search import Budget, Measure, as_measure, simulator_measure
 from .tune import KINDS, KindGain, TuneResult, chain_steps, tune_case
@@ -84,7 +85,7 @@ def tune_job(args: tuple[OpCase, Soc, tuple[str, ...], Budget, str, int, int]) -
         return f"{type(exc).__name__}: {exc}"
 
 
-def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | None = None,
+def tune_graph(graph: Graph, soc: Soc, bank_dir: str | os.PathLike[str] | None = None,
                config: OpatConfig | None = None, *, only: set[str] | None = None, events: Events | None = None,
                done: Mapping[str, OpRecord] | None = None) -> OpatReport:
     """Operator-tune every operator of `graph` once; write improvements to the custom bank in `bank_dir`.
@@ -95,7 +96,7 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
     interrupted run to their restored records, kept without tuning again.
     """
     t0 = time.perf_counter()
-    soc = load_soc(soc)
+    soc = require_soc(soc, "aoe.opat.graph_tune.tune_graph")
     cfg = config or OpatConfig()
     events = events or Events()
     budget = cfg.budget or Budget()
@@ -140,12 +141,13 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
         ops = cases[cid][1]
         in_bank = entry is not None
         ident = repr(cid)
+        source = entry.source if entry is not None else None
         if isinstance(result, str):
             # A failed case still counts: nothing is written, so it is reserved when a bank holds
             # it and unsatisfied otherwise (the counters' identities and "every case" both hold).
             outcome = decide(in_bank, False, in_use, None)
             recs = [OpRecord(op.name, op_type_label(op), outcome.value, in_use, in_use, error=result, case=ident,
-                             fused_names=fused_names(op)) for op in ops]
+                             fused_names=fused_names(op), source=source) for op in ops]
         else:
             tuned = result.after_us if result is not None else None
             if tuned is not None and in_use is not None and round(tuned, 3) >= round(in_use, 3):
@@ -164,8 +166,15 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
                                                   default_t, {"soc": soc.name, "kinds": sorted(kinds_out)},
                                                   over)])
             after = tuned if outcome.writes else in_use
+            detail = None
+            if events.detail:
+                # the kernels the job's record keeps: the strategy in use after (tuned, banked or default)
+                knowledge = (result.knowledge if outcome.writes and result is not None
+                             else entry.knowledge if entry is not None and cid not in invalid else None)
+                detail = case_detail(soc, case, knowledge)
             recs = [OpRecord(op.name, op_type_label(op), outcome.value, in_use, after, kinds_out, case=ident,
-                             fused_names=fused_names(op), default_us=default_t) for op in ops]
+                             fused_names=fused_names(op), default_us=default_t, source=source, detail=detail)
+                    for op in ops]
         for rec in recs:
             report.add(rec)
         events.case_done(recs, in_bank)

@@ -39,6 +39,10 @@ class OpRecord:
     case: str | None = None              # identity of its case (operators sharing one count once)
     fused_names: tuple[str, ...] = ()    # the original operators a fused operator replaced (>= 2), else ()
     default_us: float | None = None      # CANN's default strategy (a bank hit's `before_us` is the bank's)
+    source: str | None = None            # where the strategy in use before came from: builtin / custom / None
+    # the case's kernels in detail (`aoe.opat.detail.case_detail`), filled only for an events object that
+    # asks for it (`Events.detail`): the job's record; never part of the resume state
+    detail: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def result_name(self) -> str:
@@ -82,7 +86,7 @@ class OpRecord:
                 "before_us": self.before_us, "after_us": self.after_us,
                 "kinds": {k: [g.before_us, g.after_us] for k, g in self.kinds.items()},
                 "skipped": self.skipped, "error": self.error, "case": self.case,
-                "fused_names": list(self.fused_names), "default_us": self.default_us}
+                "fused_names": list(self.fused_names), "default_us": self.default_us, "source": self.source}
 
 
 def record_from_state(d: Mapping[str, Any]) -> OpRecord:
@@ -91,7 +95,8 @@ def record_from_state(d: Mapping[str, Any]) -> OpRecord:
                     {str(k): KindGain(float(v[0]), float(v[1])) for k, v in (d.get("kinds") or {}).items()},
                     d.get("skipped"), d.get("error"), d.get("case"),
                     tuple(str(n) for n in (d.get("fused_names") or ())),
-                    None if d.get("default_us") is None else float(d["default_us"]))
+                    None if d.get("default_us") is None else float(d["default_us"]),
+                    None if d.get("source") is None else str(d["source"]))
 
 
 class OpatReport:
@@ -112,6 +117,11 @@ class OpatReport:
         if rec.op_name not in self._order:
             self._order[rec.op_name] = len(self._order)
         self._records[rec.op_name] = rec
+
+    @property
+    def index(self) -> dict[str, int]:
+        """Operator name -> its position in the walk (graph order); read-only by convention."""
+        return self._order
 
     @property
     def records(self) -> list[OpRecord]:

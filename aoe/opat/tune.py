@@ -33,7 +33,7 @@ from ..graph.singleop import single_ops_graph
 from ..ops import BOTH, HIGH_PERFORMANCE, IMPL_MODES, PERF_ONLY, OpCase, Variant, describe
 from ..sim import Conv2D, MatMul, SimOp, VectorOp, default_strategy, simulate, strategy_fields
 from ..sim.heuristics import MM_FIELDS, default_vector
-from ..soc import Soc, load_soc
+from ..soc import Soc, require_soc
 from .bounds import matmul_row_bound
 from .inner import _F, matmul_class_outer, matmul_impl_class, matmul_shape
 from .search import Budget, Measure, SearchResult, as_measure, search, simulator_measure
@@ -190,12 +190,12 @@ def conversion_us(soc: Soc, variant: Variant, cache: dict[Any, float]) -> float:
     return total
 
 
-def tune_case(case: OpCase, soc: Soc | str, kinds: Sequence[str] = KINDS, budget: Budget | None = None,
+def tune_case(case: OpCase, soc: Soc, kinds: Sequence[str] = KINDS, budget: Budget | None = None,
               measure: Measure | None = None, implmode: str = HIGH_PERFORMANCE, seed: int = 0,
               threads: int = 1) -> TuneResult:
     """Tune one operator case on `soc` (the simulator unless `measure` is given)."""
     t0 = time.perf_counter()
-    soc = load_soc(soc)
+    soc = require_soc(soc, "aoe.opat.tune.tune_case")
     unknown = set(kinds) - set(KINDS)
     if unknown or not kinds:
         raise AoeError(f"tuning kinds must be a non-empty subset of {', '.join(KINDS)}; got {list(kinds)}")
@@ -451,7 +451,7 @@ def case_for(op: Any) -> OpCase:
     raise AoeError(f"cannot tune {op!r}: give an aoe.sim descriptor, a single-operator dict or an OpCase")
 
 
-def tune_op(op: Any, soc: Soc | str = "Ascend910B2", kinds: Sequence[str] = KINDS, budget: Budget | None = None,
+def tune_op(op: Any, soc: Soc, kinds: Sequence[str] = KINDS, budget: Budget | None = None,
             measure: Measure | None = None, implmode: str = HIGH_PERFORMANCE, seed: int = 0,
             threads: int = 1) -> TuneResult:
     """Tune one operator: best strategy, before/after µs, the gain of each kind, evaluations spent."""

@@ -1,9 +1,9 @@
 """See the tuning: the HTML report of a job (`aoe report`) and one operator explained (`aoe explain`).
 
     from aoe.report import write_report
-    path = write_report("aoe_result_opat_<ts>_pid<pid>.json", graph, "Ascend910B2", op_bank_dir=bank)
+    path = write_report("aoe_result_opat_<ts>_pid<pid>.json")
 
-The report re-prices the model under the banks (the result file lists only the modified operators)
+The report reads every figure from the run's record beside the result file (nothing is re-priced)
 and draws with matplotlib, the optional extra `report` (`pip install 'aoe[report]'`).
 """
 from __future__ import annotations
@@ -13,10 +13,9 @@ from pathlib import Path
 
 from ..durable import atomic_replace
 from ..errors import AoeError
-from ..graph import Graph
-from ..soc import Soc
 from .data import ReportData, collect
-from .explain import Explanation, explain_case, explain_graph_op, explain_single_op
+from .record import RunRecord, read_record, repriced_record
+from .explain import Explanation, explain_case, explain_graph_op, explain_recorded, explain_single_op
 
 
 def report_available() -> bool:
@@ -35,20 +34,20 @@ def build_report(data: ReportData, top: int = 8) -> str:
     return render(data, top=top)
 
 
-def write_report(result_file: str | os.PathLike[str], graph: Graph, soc: Soc | str, *,
-                 out: str | os.PathLike[str] | None = None, op_bank_dir: str | os.PathLike[str] | None = None,
-                 subgraph_bank_dir: str | os.PathLike[str] | None = None, task: str | None = None,
-                 model: str = "", settings: list[str] | None = None, top: int = 8) -> Path:
-    """Write the HTML report of one task of `result_file`; returns its path.
+def write_report(result_file: str | os.PathLike[str], *, out: str | os.PathLike[str] | None = None,
+                 task: str | None = None, record: RunRecord | None = None, settings: list[str] | None = None,
+                 top: int = 8) -> Path:
+    """Write the HTML report of one task of `result_file` from its run's record; returns its path.
 
-    By default the report goes beside the result file, named like it with `.html` (a file holding
-    several tasks, as `aoe.tune_models` writes, gets one report per task: `<name>.<task>.html`).
+    The record beside the result file (`<stem>.records.jsonl`) gives every figure; `record` replaces it
+    (`repriced_record` for an old result file that has none). By default the report goes beside the
+    result file, named like it with `.html` (a file holding several tasks, as `aoe.tune_models` writes,
+    gets one report per task: `<name>.<task>.html`).
     """
     from .charts import require_matplotlib
 
-    require_matplotlib()  # before any pricing: a missing extra fails at once
-    data = collect(result_file, graph, soc, op_bank_dir=op_bank_dir, subgraph_bank_dir=subgraph_bank_dir,
-                   task=task, model=model, settings=settings)
+    require_matplotlib()  # before reading anything: a missing extra fails at once
+    data = collect(result_file, task=task, record=record, settings=settings)
     rf = Path(result_file)
     if out is not None:
         path = Path(out)
@@ -71,7 +70,10 @@ __all__ = [
     "collect",
     "explain_case",
     "explain_graph_op",
+    "explain_recorded",
     "explain_single_op",
+    "read_record",
+    "repriced_record",
     "report_available",
     "write_report",
 ]

@@ -1,11 +1,10 @@
-"""What a report shows, gathered once: the result file's task, and the model re-priced under the banks.
+"""What a report shows, gathered once: the result file's task and the run's record beside it.
 
-The result file only lists the operators (or subgraphs) a job modified, so the figures of the whole
-model come from pricing its graph again, exactly as `aoe verify` does: every operator with CANN's
-default strategy and with the strategy the operator banks give (`aoe.opat.apply`: `price`,
-`variant_for`), and for subgraph tuning every distinct subgraph with the compiler's default fusion and
-with the subgraph bank's plan (`aoe.sgat.prepare`). Identical operators (same case) are simulated once
-in detail (`aoe.sim.simulate_batch`: busy time per pipe, bound, bytes, FLOPs).
+Every figure comes from the record the job wrote (`aoe.job.records`, read back by `record.py`): each
+operator's CANN-default and in-use time, each distinct case's kernels simulated in detail when the job
+ran them (busy time per pipe, bound, bytes, FLOPs), each subgraph's plans. Nothing is re-priced here;
+a result file without a record is given a record re-priced under the banks by the caller
+(`record.repriced_record`, the pricing rooms `aoe verify` uses).
 """
 from __future__ import annotations
 
@@ -16,18 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from .. import sim
-from ..bank import BankChain, BuiltinBank, OpBank
 from ..errors import AoeError
+from ..opat.detail import kernel_detail, variant_label
 from ..safeio import parse_json, read_regular
-from ..graph import Graph
-from ..opat.apply import op_type_label, operator_cases, price, variant_for
-from ..opat.search import simulator_measure
-from ..ops import OpCase, Variant
-from ..soc import Soc, load_soc
+from ..soc import Soc
 from ..tuning import INCOMPLETE, SUCCESS, improvement
+from .record import RunRecord, read_record, record_path
 
 MAX_RESULT_BYTES = 64 << 20      # a result file larger than this is not one of ours
 
@@ -132,11 +125,20 @@ class ReportData:
     model_unfused_us: float | None = None
     notes: list[str] = field(default_factory=list)
     n_tasks: int = 1              # tasks in the result file (several: one report per task)
+    hits: dict[str, int] = field(default_factory=dict)   # bank hits by provenance: builtin / custom / this run
+    repeat_tune: bool = False
 
     @property
     def improvement(self) -> str:
         """The whole model's gain figure."""
         return improvement(self.model_default_us, self.model_tuned_us)
+
+
+def kernel(soc: Soc, op: Any, strat: Mapping[str, int] | None, label: str) -> Kernel:
+    """Simulate one strategy (None: the default) of a simulator descriptor in detail."""
+    d = kernel_detail(soc, op, strat, label)
+    return Kernel(d["label"], d["time_us"], d["bound"], d["busy_us"], d["hbm_bytes"], d["l2_bytes"], d["flops"],
+                  d["strategy"])
 
 
 # --- the result file ------------------------------------------------------------------------------
@@ -208,140 +210,71 @@ def _sgat_keys(section: Mapping[str, Any]) -> set[str]:
     return keys
 
 
-# --- re-pricing -----------------------------------------------------------------------------------
+# --- from the run's record -------------------------------------------------------------------------
 
-def kernel(soc: Soc, op: Any, strat: Mapping[str, int] | None, label: str) -> Kernel:
-    """Simulate one strategy (None: the default) of a simulator descriptor in detail."""
-    s = dict(strat) if strat is not None else sim.default_strategy(soc, op)
-    fields = sim.strategy_fields(op)
-    out = sim.simulate_batch(soc, op, np.array([[int(s[f]) for f in fields]], dtype=np.int64))
-    valid = int(out.reason[0]) == 0
-    return Kernel(label, float(out.time_us[0]), sim.PIPES[int(out.bound[0])] if valid else "invalid",
-                  {p: float(v) for p, v in zip(sim.PIPES, out.busy_us[0])}, float(out.hbm_bytes[0]),
-                  float(out.l2_bytes[0]), float(out.flops[0]), {f: int(s[f]) for f in fields})
+def _kernel(d: Mapping[str, Any]) -> Kernel:
+    return Kernel(d["label"], d["time_us"], d["bound"], dict(d["busy_us"]), d["hbm_bytes"], d["l2_bytes"],
+                  d["flops"], dict(d["strategy"]))
 
 
-def variant_label(case: OpCase, variant: Variant) -> str:
-    """A short name of a kernel variant: "default" for CANN's own, else its format / implementation."""
-    return "default" if variant is case.default else variant.label
+def _row_source(line: Mapping[str, Any]) -> str:
+    """Where the strategy in use after the run came from: this run (tuned), a bank (by provenance), default."""
+    if line["outcome"] in ("add", "update"):
+        return "this run"
+    return line["provenance"] or ("default" if line["source"] is None else line["source"])
 
 
-def reprice_ops(graph: Graph, soc: Soc, op_bank_dir: str | os.PathLike[str] | None, *, builtin: bool = True
-                ) -> tuple[list[OpRow], list[CaseView], list[dict[str, str]]]:
-    """Every operator priced with the default and with the banks (the figures of `aoe.opat.apply_bank`),
-    plus one detailed simulation per distinct case and strategy."""
-    measure = simulator_measure(soc)
-    custom = OpBank(op_bank_dir, soc.name, soc.cube_cores) if op_bank_dir is not None else None
-    chain = BankChain(custom, BuiltinBank(soc.name, soc.cube_cores) if builtin else None)
-    extra: dict[Any, float] = {}
-    rows: list[OpRow] = []
+def record_ops(rec: RunRecord) -> tuple[list[OpRow], list[CaseView]]:
+    """The priced operators of an OPAT record in graph order, and one view per distinct case."""
+    rows: list[tuple[int, OpRow]] = []
     cases: list[CaseView] = []
-    index: dict[Any, int] = {}
-    times: dict[Any, tuple[float, float, str]] = {}
-    priced, skipped = operator_cases(graph)
-    for op, case in priced:
-        cid = case.case_id
-        if cid not in index:
-            default_t = price(case, soc, None, measure, extra)
-            entry = chain.lookup(case.op_type, case.key)
-            tuned_t, source, variant, strat = default_t, "default", case.default, None
-            if entry is not None:
-                try:
-                    t = price(case, soc, entry.knowledge, measure, extra)
-                    v, s = variant_for(case, entry.knowledge)
-                except (AoeError, KeyError, ValueError, TypeError):
-                    t = float("nan")
-                if np.isfinite(t):
-                    tuned_t, source, variant, strat = t, entry.source, v, s
-            d = kernel(soc, case.default.sim_op, None, "default")
-            tk = d if source == "default" else kernel(soc, variant.sim_op, strat, variant_label(case, variant))
-            index[cid] = len(cases)
-            cases.append(CaseView(case.op_type, case.family, d, tk))
-            times[cid] = (default_t, tuned_t, source)
-        i = index[cid]
-        cases[i].count += 1
-        dt, tt, src = times[cid]
-        label = op_type_label(op)
-        rows.append(OpRow(op.name, "+".join(label) if isinstance(label, list) else label, dt, tt, src, i))
-    return rows, cases, skipped
+    for line in rec.cases.values():
+        det = line["detail"]
+        if det is None:
+            continue   # a case whose tuning failed: no figures (the job's totals leave it out too)
+        priced = [o for o in line["ops"] if o[3] is not None and o[5] is not None]
+        if not priced:
+            continue
+        i = len(cases)
+        cases.append(CaseView(det["op_type"], det["family"], _kernel(det["default"]), _kernel(det["tuned"]),
+                              len(priced)))
+        src = _row_source(line)
+        rows += [(o[0], OpRow(o[1], o[2], o[3], o[5], src, i)) for o in priced]
+    rows.sort(key=lambda r: r[0])      # the job's order: its totals are sums in graph order
+    return [r for _, r in rows], cases
 
 
-def _groups(n: int, edges: list[tuple[int, int]], plan: np.ndarray) -> list[list[int]]:
-    """Kernels that run as one fused kernel: the components of the edges the plan fuses."""
-    parent = list(range(n))
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    for e, (a, b) in enumerate(edges):
-        if int(plan[e]):
-            parent[find(a)] = find(b)
-    comps: dict[int, list[int]] = {}
-    for i in range(n):
-        comps.setdefault(find(i), []).append(i)
-    return sorted(comps.values())
-
-
-def _flags(rd: Any, plan: np.ndarray) -> dict[str, Any]:
-    from ..sgat.evaluator import TILE_BASE  # lazily: only reports of SGAT jobs need it
-
-    e = rd.n_edges
-    return {"split": ("rows", "columns")[int(plan[e])], "tile": TILE_BASE << int(plan[e + 1]),
-            "l2": bool(plan[e + 2])}
-
-
-def reprice_subgraphs(graph: Graph, soc: Soc, subgraph_bank_dir: str | os.PathLike[str] | None,
-                      result_keys: set[str]) -> tuple[list[SubgraphView], float, float, float]:
-    """Distinct subgraphs with the default fusion and the bank's plan (as `aoe.sgat.apply_bank`),
-    and the model's (default-fusion, with-bank, unfused) times in µs."""
-    from .. import sgat  # lazily: only reports of SGAT jobs need it
-    from ..bank.subgraph import SubgraphBank
-    from ..sgat.evaluator import evaluate
-    from ..sgat.keys import plan_from_knowledge
-
-    sgat.check_soc(soc)
-    prep = sgat.prepare(graph, soc)
-    bank = SubgraphBank(subgraph_bank_dir) if subgraph_bank_dir is not None else None
+def record_subgraphs(rec: RunRecord, result_keys: set[str]) -> tuple[list[SubgraphView], float]:
+    """The distinct subgraphs of an SGAT record and the model's time with the plans in use (µs), summed as
+    the tuner sums it (the default-fusion time, plus each subgraph's change, in tuning order)."""
     views: list[SubgraphView] = []
-    total = prep.fixed_us
-    for case in prep.cases:
-        rd = case.rd
-        plan, t = case.default_plan, case.default_us
-        entry = bank.lookup(case.key) if bank is not None else None
-        if entry is not None:
-            banked = plan_from_knowledge(rd, entry.knowledge)
-            if banked is not None:
-                tp = float(evaluate(rd, banked[None])[0])
-                if np.isfinite(tp):
-                    plan, t = banked, tp
-        total += t * len(case.subs)
-        edges = [(int(a), int(b)) for a, b in rd.edges.tolist()]
-        views.append(SubgraphView(
-            case.key, [op.type for op in case.subs[0].kernels], edges, _groups(rd.n, edges, case.default_plan),
-            _groups(rd.n, edges, plan), _flags(rd, case.default_plan), _flags(rd, plan), case.default_us, t,
-            case.unfused_us, len(case.subs), entry is not None, case.key in result_keys))
-    return views, prep.baseline_us, total, prep.unfused_us
+    total = rec.baseline_us
+    for s in rec.subgraphs.values():
+        total += (s["after_us"] - s["baseline_us"]) * s["instances"]
+        views.append(SubgraphView(s["repo_key"], s["op_types"], s["edges"], s["default_groups"], s["tuned_groups"],
+                                  s["default_flags"], s["tuned_flags"], s["default_us"], s["tuned_us"],
+                                  s["unfused_us"], s["instances"], s["in_bank"], s["repo_key"] in result_keys))
+    return views, total
 
 
 # --- the whole report -------------------------------------------------------------------------------
 
-def collect(result_file: str | os.PathLike[str], graph: Graph, soc: Soc | str, *,
-            op_bank_dir: str | os.PathLike[str] | None = None,
-            subgraph_bank_dir: str | os.PathLike[str] | None = None, task: str | None = None,
-            model: str = "", settings: list[str] | None = None) -> ReportData:
-    """Read one task of `result_file` and re-price `graph` (the model that job tuned) under the banks."""
-    soc = load_soc(soc)
+def collect(result_file: str | os.PathLike[str], *, task: str | None = None, record: RunRecord | None = None,
+            settings: list[str] | None = None) -> ReportData:
+    """Read one task of `result_file` and its run's record (beside it, or `record`): nothing is re-priced."""
     key, kind, basic, section, n_tasks = read_result(result_file, task)
+    if record is None:
+        path = record_path(result_file)
+        if not path.exists():
+            raise AoeError(f"{result_file} has no run record beside it ({path.name}): it was written by an older "
+                           "aoe; pass -m MODEL (and --input_shape / --training / --soc_version as the job had them) "
+                           "to re-price the model")
+        record = read_record(path, key)
+    if record.kind != kind:
+        raise AoeError(f"the run's record {record.path} describes a {record.kind.upper()} task, the result file "
+                       f"a {kind.upper()} one")
     credits = _opat_credits(section) if kind == "opat" else {}
-    rows, cases, skipped = reprice_ops(graph, soc, op_bank_dir)
-    names = {r.name for r in rows} | {s["op"] for s in skipped}
-    if credits and not names & set(credits):
-        raise AoeError(f"{result_file} does not describe this model: none of the {len(credits)} operators it "
-                       f"lists is in {graph.name or 'the graph'}; pass the model (and --input_shape / "
-                       "--training) the job tuned")
+    rows, cases = record_ops(record) if kind == "opat" else ([], [])
     for r in rows:
         if r.name in credits:
             r.kinds, r.update = credits[r.name]
@@ -349,23 +282,25 @@ def collect(result_file: str | os.PathLike[str], graph: Graph, soc: Soc | str, *
     secs = basic.get("tuning_time(s)")
     summary = section.get("repo_summary")
     counters = dict(summary) if isinstance(summary, dict) else {}
-    data = ReportData(kind, tuning_name, model or graph.name or "", key, _status(kind, basic, section),
-                      float(secs) if isinstance(secs, (int, float)) else None, soc, counters, list(settings or []),
-                      rows, cases, skipped, n_tasks=n_tasks)
-    if tuning_name and graph.name and tuning_name != graph.name:
-        data.notes.append(f"the result file's tuning_name is {tuning_name!r}, the model's name {graph.name!r}")
+    model = str(record.model.get("model") or record.tuning_name)
+    data = ReportData(kind, tuning_name, model, key, _status(kind, basic, section),
+                      float(secs) if isinstance(secs, (int, float)) else None, record.soc, counters,
+                      list(settings if settings is not None else record.settings), rows, cases,
+                      list(record.skipped), n_tasks=n_tasks, hits=record.hits,
+                      repeat_tune=bool(record.options.get("repeat_tune")))
+    if tuning_name and record.tuning_name and tuning_name != record.tuning_name:
+        data.notes.append(f"the result file's tuning_name is {tuning_name!r}, the record's {record.tuning_name!r}")
     if kind == "opat":
         data.model_default_us = sum(r.default_us for r in rows)
         data.model_tuned_us = sum(r.tuned_us for r in rows)
+        gained = {r.source for r in rows if r.saved_us > 0}
+        if gained and "this run" not in gained:
+            data.notes.append("every gain on this page comes from bank hits (" + ", ".join(sorted(gained)) +
+                              "): this run's tuning improved no case")
     else:
-        wanted = _sgat_keys(section)
-        subs, base, tuned, unfused = reprice_subgraphs(graph, soc, subgraph_bank_dir, wanted)
-        if wanted and not wanted & {s.key for s in subs}:
-            raise AoeError(f"{result_file} does not describe this model: none of its {len(wanted)} subgraphs "
-                           f"is in {graph.name or 'the graph'} on {soc.name}; pass the model (and "
-                           "--input_shape / --training / --soc_version) the job tuned")
+        subs, tuned = record_subgraphs(record, _sgat_keys(section))
         data.subgraphs = subs
-        data.model_default_us, data.model_tuned_us, data.model_unfused_us = base, tuned, unfused
+        data.model_default_us, data.model_tuned_us, data.model_unfused_us = record.baseline_us, tuned, record.unfused_us
     return data
 
 
@@ -378,7 +313,7 @@ __all__ = [
     "collect",
     "kernel",
     "read_result",
-    "reprice_ops",
-    "reprice_subgraphs",
+    "record_ops",
+    "record_subgraphs",
     "variant_label",
 ]

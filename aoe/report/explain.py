@@ -31,7 +31,7 @@ from ..opat.apply import price, variant_for
 from ..opat.search import Budget, simulator_measure
 from ..opat.tune import case_for, tune_case
 from ..ops import OpCase, Unsupported, describe
-from ..soc import Soc, load_soc
+from ..soc import Soc, require_soc
 from .data import Kernel, kernel, variant_label
 
 SLICES = 16
@@ -294,7 +294,7 @@ def _fields(d: Kernel, t: Kernel) -> list[tuple[str, int | None, int | None]]:
 def explain_case(case: OpCase, soc: Soc | str, op_bank_dir: str | os.PathLike[str] | None = None, *,
                  builtin: bool = True, budget: int = 20000, retune: bool = False) -> Explanation:
     """Explain one operator case: default vs the banks' strategy (tuned now within `budget` if none)."""
-    soc = load_soc(soc)
+    soc = require_soc(soc, "explain_case")
     measure = simulator_measure(soc)
     extra: dict[Any, float] = {}
     dk = kernel(soc, case.default.sim_op, None, "default")
@@ -343,6 +343,34 @@ def explain_graph_op(graph: Graph, name: str, soc: Soc | str, op_bank_dir: str |
     return explain_case(case, soc, op_bank_dir, **kw)
 
 
+def explain_recorded(record: Any, name: str) -> Explanation:
+    """Explain operator `name` (exact, or a unique part) of an OPAT run from its record (`read_record`):
+    the kernels, strategies and times the job measured; only the per-field sentences are simulated."""
+    from ..opat.detail import op_from_dict
+    from .data import _kernel, _row_source
+
+    if record.kind != "opat":
+        raise AoeError("aoe explain explains an operator of an operator-tuning (OPAT) run; this record is SGAT's")
+    found = [(line, o) for line in record.cases.values() if line["detail"] is not None for o in line["ops"]
+             if o[3] is not None and o[5] is not None]
+    hits = [x for x in found if x[1][1] == name] or [x for x in found if name in x[1][1]]
+    if len(hits) > 1 and len({x[1][1] for x in hits}) > 1:
+        shown = ", ".join(x[1][1] for x in hits[:5])
+        raise AoeError(f"{name!r} matches {len(hits)} operators of the run ({shown}{' ...' if len(hits) > 5 else ''}); "
+                       "give the full name")
+    if not hits:
+        raise AoeError(f"no priced operator {name!r} in the run's record {record.path}")
+    line, o = hits[0]
+    det = line["detail"]
+    dk, tk = _kernel(det["default"]), _kernel(det["tuned"])
+    src = _row_source(line)
+    label = {"this run": "tuned by this run", "default": "CANN default"}.get(src, f"{src} bank")
+    default = Side("CANN default", dk, o[3], op_from_dict(det["default_op"]))
+    tuned = Side(label, tk, o[5], op_from_dict(det["tuned_op"]))
+    return Explanation(o[1], det["op_type"], record.soc.name, default, tuned, _fields(dk, tk),
+                       reasons(record.soc, default, tuned))
+
+
 def explain_single_op(op_type: str, shapes: list[list[int]], soc: Soc | str, op_bank_dir: Any = None, *,
                       dtype: str = "float16", attrs: Mapping[str, Any] | None = None, **kw: Any) -> Explanation:
     """Explain a single operator described like `aoe simulate` (CANN type, input shapes, attributes)."""
@@ -350,4 +378,5 @@ def explain_single_op(op_type: str, shapes: list[list[int]], soc: Soc | str, op_
     return explain_case(case_for(op), soc, op_bank_dir, **kw)
 
 
-__all__ = ["Explanation", "Side", "explain_case", "explain_graph_op", "explain_single_op", "reasons"]
+__all__ = ["Explanation", "Side", "explain_case", "explain_graph_op", "explain_recorded", "explain_single_op",
+           "reasons"]

@@ -160,17 +160,20 @@ def render(data: ReportData, *, top: int = 8) -> str:
               f"{data.model_default_us / 1000:.3f} {unit_total}"),
              ("model after (with the banks)", f"{data.model_tuned_us / 1000:.3f} {unit_total}"),
              ("improvement", data.improvement), ("status", data.status),
-             ("operators priced", str(len(data.ops))), ("skipped", str(len(data.skipped)))]
+             (("operators priced", str(len(data.ops))) if data.kind == "opat" else
+              ("distinct subgraphs", str(len(data.subgraphs)))), ("skipped", str(len(data.skipped)))]
     if data.model_unfused_us is not None:
         cards.insert(2, ("unfused (every op its own kernel)", f"{data.model_unfused_us / 1000:.3f} {unit_total}"))
-    roof, left_out = charts.roofline(data)
+    has_ops = bool(data.cases)   # an SGAT run's record holds subgraphs, not operator kernels
+    roof, left_out = charts.roofline(data) if has_ops else ("", 0)
     parts = [(f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{E(title)}</title>"
              f"<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><style>{CSS}</style></head><body>"),
              (f"<header><h1>{E(title)}</h1><p>{E(data.model)} on the simulated {E(soc.name)} · task {E(data.task)} · "
              f"generated {time.strftime('%Y-%m-%d %H:%M:%S')}</p></header>"),
-             '<nav><a href="#summary">summary</a><a href="#roofline">roofline</a><a href="#pipes">pipes</a>'
-             '<a href="#waterfall">waterfall</a>' + ('<a href="#fusion">fusion map</a>' if data.kind == "sgat" else "")
-             + '<a href="#operators">operators</a></nav><main>']
+             '<nav><a href="#summary">summary</a>'
+             + ('<a href="#roofline">roofline</a><a href="#pipes">pipes</a>' if has_ops else "")
+             + '<a href="#waterfall">waterfall</a>' + ('<a href="#fusion">fusion map</a>' if data.kind == "sgat" else "")
+             + ('<a href="#operators">operators</a>' if has_ops else "") + '</nav><main>']
     counters = [(k, v) for k, v in data.counters.items()]
     socrows = [("SoC", soc.name), ("Cube / Vector cores", f"{soc.cube_cores} / {soc.vector_cores}"),
                ("clock", f"{soc.freq_mhz:.0f} MHz"), ("HBM", f"{soc.hbm_gbps:.0f} GB/s"),
@@ -182,9 +185,43 @@ def render(data: ReportData, *, top: int = 8) -> str:
                  f"<div><h3>Job</h3>{_kv([('tuning_name', data.tuning_name), ('model', data.model), ('kind', data.kind.upper()), ('tuning time (s)', data.tuning_seconds if data.tuning_seconds is not None else '—')])}"
                  + "</div>"
                  f"<div><h3>Counters</h3>{_kv(counters) if counters else '<p class=muted>none</p>'}</div>"
-                 f"<div><h3>SoC</h3>{_kv(socrows)}</div></div>"
+                 + (f"<div><h3>Bank hits by origin</h3>{_kv(list(data.hits.items()))}</div>" if data.hits else "")
+                 + f"<div><h3>SoC</h3>{_kv(socrows)}</div></div>"
                  + ("<ul class=\"muted\">" + "".join(f"<li>{E(s)}</li>" for s in data.settings) + "</ul>" if data.settings else "")
                  + "".join(f'<p class="muted">note: {E(n)}</p>' for n in data.notes) + "</section>")
+    if has_ops:
+        parts += _operator_sections(data, roof, left_out, top)
+    parts.append(f'<section id="waterfall"><h2>Where the time went</h2><figure>{charts.waterfall(data)}</figure>'
+                 "</section>")
+    if data.kind == "sgat":
+        parts.append(f'<section id="fusion"><h2>Fusion map</h2><figure>{charts.fusion_map(data)}</figure>'
+                     "<p class=\"muted\">The distinct subgraphs that gained most: each box is a kernel (red edge: Cube, "
+                     "green: Vector), a shaded group runs as one fused kernel, solid arrows are fused edges, dashed ones "
+                     f"go through HBM.</p><figure>{charts.subgraph_gains(data)}</figure>"
+                     f'<div class="scroll">{_subgraph_table(data)}</div></section>')
+    if has_ops:
+        parts.append(_operators(data))
+    elif data.skipped:
+        parts.append(_skipped(data))
+    parts.append(f'</main><pre id="js-status" hidden></pre><script>{JS}</script></body></html>')
+    return "".join(parts)
+
+
+def _skipped(data: ReportData) -> str:
+    return (f'<p class="muted">{len(data.skipped)} operators could not be priced and are in no total: '
+            + E(", ".join(f"{s['op']} ({s['reason']})" for s in data.skipped[:20]))
+            + (" …" if len(data.skipped) > 20 else "") + "</p>")
+
+
+def _operators(data: ReportData) -> str:
+    return ('<section id="operators"><h2>Operators</h2><input id="op-search" type="search" '
+            'placeholder="filter by name, type, source or kind" aria-label="filter operators">'
+            ' <span id="op-table-count" class="muted"></span>'
+            f'<div class="scroll">{_op_table(data)}</div>' + (_skipped(data) if data.skipped else "") + "</section>")
+
+
+def _operator_sections(data: ReportData, roof: str, left_out: int, top: int) -> list[str]:
+    parts: list[str] = []
     parts.append(f'<section id="roofline"><h2>Roofline</h2><figure>{roof}</figure><p class="muted">Each point is a '
                  "distinct operator case (identical operators share one, the size grows with its share of the model's "
                  "time); hollow at CANN's default strategy, filled at the strategy in use, coloured by the pipe that "
@@ -195,24 +232,7 @@ def render(data: ReportData, *, top: int = 8) -> str:
                  "of the AI Core with the default strategy and with the tuned one, in % of the default wall time, "
                  "against the wall time (black tick). Pipes overlap; the one with the most busy time bounds the kernel."
                  "</p></section>")
-    parts.append(f'<section id="waterfall"><h2>Where the time went</h2><figure>{charts.waterfall(data)}</figure>'
-                 "</section>")
-    if data.kind == "sgat":
-        parts.append(f'<section id="fusion"><h2>Fusion map</h2><figure>{charts.fusion_map(data)}</figure>'
-                     "<p class=\"muted\">The distinct subgraphs that gained most: each box is a kernel (red edge: Cube, "
-                     "green: Vector), a shaded group runs as one fused kernel, solid arrows are fused edges, dashed ones "
-                     f"go through HBM.</p><figure>{charts.subgraph_gains(data)}</figure>"
-                     f'<div class="scroll">{_subgraph_table(data)}</div></section>')
-    parts.append('<section id="operators"><h2>Operators</h2><input id="op-search" type="search" '
-                 'placeholder="filter by name, type, source or kind" aria-label="filter operators">'
-                 ' <span id="op-table-count" class="muted"></span>'
-                 f'<div class="scroll">{_op_table(data)}</div>'
-                 + (f'<p class="muted">{len(data.skipped)} operators could not be priced and are in no total: '
-                    + E(", ".join(f"{s['op']} ({s['reason']})" for s in data.skipped[:20]))
-                    + (" …" if len(data.skipped) > 20 else "") + "</p>" if data.skipped else "")
-                 + "</section>")
-    parts.append(f'</main><pre id="js-status" hidden></pre><script>{JS}</script></body></html>')
-    return "".join(parts)
+    return parts
 
 
 __all__ = ["render"]

@@ -28,6 +28,10 @@ class SubgraphRecord:
     method: str                         # search that produced the tuned plan ("" when not tuned)
     plan: list[int]                     # the plan in use after tuning
     evaluated: int = 0                  # plans priced
+    source: str | None = None           # where the plan in use before came from: builtin / custom / None
+    # the subgraph's plans and kernels (`subgraph_detail`), filled only for an events object that asks
+    # for it (`Events.detail`): the job's record; never part of the resume state
+    detail: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def count(self) -> int:
@@ -54,7 +58,7 @@ class SubgraphRecord:
         return {"repo_key": self.repo_key, "ops": self.ops, "op_types": self.op_types, "count": self.count,
                 "instances": self.instances, "baseline_us": self.baseline_us, "before_us": self.before_us,
                 "after_us": self.after_us, "outcome": self.outcome.value, "method": self.method,
-                "plan": self.plan, "evaluated": self.evaluated}
+                "plan": self.plan, "evaluated": self.evaluated, "source": self.source}
 
     to_state = to_dict
 
@@ -65,7 +69,46 @@ def record_from_state(d: Mapping[str, Any]) -> SubgraphRecord:
         repo_key=str(d["repo_key"]), ops=[str(o) for o in d["ops"]], op_types=[str(t) for t in d["op_types"]],
         instances=[[str(o) for o in inst] for inst in d["instances"]], baseline_us=float(d["baseline_us"]),
         before_us=float(d["before_us"]), after_us=float(d["after_us"]), outcome=Outcome(d["outcome"]),
-        method=str(d.get("method", "")), plan=[int(v) for v in d["plan"]], evaluated=int(d.get("evaluated", 0)))
+        method=str(d.get("method", "")), plan=[int(v) for v in d["plan"]], evaluated=int(d.get("evaluated", 0)),
+        source=None if d.get("source") is None else str(d["source"]))
+
+
+def _groups(n: int, edges: list[tuple[int, int]], plan: Any) -> list[list[int]]:
+    """Kernels that run as one fused kernel: the components of the edges the plan fuses."""
+    parent = list(range(n))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for e, (a, b) in enumerate(edges):
+        if int(plan[e]):
+            parent[find(a)] = find(b)
+    comps: dict[int, list[int]] = {}
+    for i in range(n):
+        comps.setdefault(find(i), []).append(i)
+    return sorted(comps.values())
+
+
+def _flags(rd: Any, plan: Any) -> dict[str, Any]:
+    from .evaluator import TILE_BASE  # lazily: the evaluator pulls in Numba's glue
+
+    e = rd.n_edges
+    return {"split": ("rows", "columns")[int(plan[e])], "tile": TILE_BASE << int(plan[e + 1]),
+            "l2": bool(plan[e + 2])}
+
+
+def subgraph_detail(case: Any, plan: Any, tuned_us: float, in_bank: bool) -> dict[str, Any]:
+    """One distinct subgraph's default-fusion plan against `plan` (the one in use), as plain values."""
+    rd = case.rd
+    edges = [(int(a), int(b)) for a, b in rd.edges.tolist()]
+    return {"op_types": [op.type for op in case.subs[0].kernels], "edges": [list(e) for e in edges],
+            "default_groups": _groups(rd.n, edges, case.default_plan), "tuned_groups": _groups(rd.n, edges, plan),
+            "default_flags": _flags(rd, case.default_plan), "tuned_flags": _flags(rd, plan),
+            "default_us": float(case.default_us), "tuned_us": float(tuned_us), "unfused_us": float(case.unfused_us),
+            "instances": len(case.subs), "in_bank": bool(in_bank)}
 
 
 @dataclass

@@ -16,14 +16,14 @@ from ..bank.subgraph import SUBGRAPH_FILE, SubgraphBank, make_subgraph_pending
 from ..errors import AoeError
 from ..graph.ir import Graph, Op
 from ..ops import Unsupported, describe
-from ..soc import Soc, load_soc
+from ..soc import Soc, require_soc
 from ..tuning import SUCCESS, Events, restore
 from .default_fusion import default_plan
 from .evaluator import evaluate
 from .keys import describe_structure, plan_from_knowledge, plan_knowledge, repo_key
 from .model import CostCache, RegionData, region_data
 from .partition import Subgraph, partition
-from .report import SgatReport, SubgraphRecord
+from .report import SgatReport, SubgraphRecord, subgraph_detail
 from .search import search
 
 UNSUPPORTED_PREFIXES = ("Ascend910B", "Ascend910_93")
@@ -145,7 +145,7 @@ def builtin_subgraph_bank(soc: Soc) -> SubgraphBank | None:
     return SubgraphBank(root) if (root / SUBGRAPH_FILE).is_file() else None
 
 
-def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | None = None,
+def tune_graph(graph: Graph, soc: Soc, bank_dir: str | os.PathLike[str] | None = None,
                config: SgatConfig | None = None, *, only: set[str] | None = None, events: Events | None = None,
                done: Mapping[str, SubgraphRecord] | None = None) -> SgatReport:
     """Subgraph-tune `graph` on `soc`; with `bank_dir`, read and write its subgraph bank.
@@ -160,7 +160,7 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
     (subgraphs not reached yet count at their baseline), `done` maps repo_keys of an interrupted run
     to their restored records, kept without tuning again.
     """
-    soc = load_soc(soc)
+    soc = require_soc(soc, "aoe.sgat.tune.tune_graph")
     check_soc(soc)
     cfg = config or SgatConfig()
     events = events or Events()
@@ -180,7 +180,7 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
             break
         rec = done.get(case.key)
         if rec is None:
-            rec = _tune_case(case, bank, builtin, cfg, soc, farm)
+            rec = _tune_case(case, bank, builtin, cfg, soc, farm, detail=events.detail)
         report.records.append(rec)
         report.model_result_us += (rec.after_us - case.default_us) * len(case.subs)
         report.tuning_time_s = time.perf_counter() - start
@@ -192,12 +192,12 @@ def tune_graph(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str] | 
 
 
 def _tune_case(case: Case, bank: SubgraphBank | None, builtin: SubgraphBank | None,
-               cfg: SgatConfig, soc: Soc | None = None, farm: Any = None) -> SubgraphRecord:
+               cfg: SgatConfig, soc: Soc | None = None, farm: Any = None, detail: bool = False) -> SubgraphRecord:
     """Look one distinct subgraph up (custom, then built-in), tune it if the rule says so, write the
     custom bank, return its record."""
     rd = case.rd
     base, base_t = case.default_plan, case.default_us
-    entry = _lookup(case.key, bank, builtin)
+    entry, source = _lookup_source(case.key, bank, builtin)
     in_bank = entry is not None
     in_use_plan, in_use_t = base, base_t
     if entry is not None:
@@ -227,7 +227,16 @@ def _tune_case(case: Case, bank: SubgraphBank | None, builtin: SubgraphBank | No
         repo_key=case.key, ops=case.subs[0].op_names, op_types=[op.type for op in case.subs[0].kernels],
         instances=[s.op_names for s in case.subs], baseline_us=base_t, before_us=in_use_t,
         after_us=after_t, outcome=outcome, method=method_used, plan=[int(v) for v in after_plan],
-        evaluated=evaluated)
+        evaluated=evaluated, source=source,
+        detail=subgraph_detail(case, after_plan, after_t, in_bank or outcome.writes) if detail else None)
+
+
+def _lookup_source(key: str, bank: SubgraphBank | None, builtin: SubgraphBank | None) -> tuple[Any, str | None]:
+    """`_lookup` and where the entry came from: "custom", "builtin" or None."""
+    for b, name in ((bank, "custom"), (builtin, "builtin")):
+        if b is not None and (e := b.lookup(key)) is not None:
+            return e, name
+    return None, None
 
 
 def _lookup(key: str, bank: SubgraphBank | None, builtin: SubgraphBank | None) -> Any:
@@ -251,7 +260,7 @@ class BankTimes(NamedTuple):
     unfused_ms: float
 
 
-def apply_bank(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str], *,
+def apply_bank(graph: Graph, soc: Soc, bank_dir: str | os.PathLike[str], *,
                builtin: bool = True) -> BankTimes:
     """Times of `graph` with the compiler's default fusion and with the subgraph bank's plans applied.
 
@@ -259,7 +268,7 @@ def apply_bank(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str], *
     bank entry runs with the default-fusion plan, as the compiler would compile it. The fully
     unfused time is returned beside them (labelled). The banks are only read.
     """
-    soc = load_soc(soc)
+    soc = require_soc(soc, "aoe.sgat.tune.apply_bank")
     check_soc(soc)
     prep = prepare(graph, soc)
     bank = SubgraphBank(bank_dir)
@@ -279,4 +288,29 @@ def apply_bank(graph: Graph, soc: Soc | str, bank_dir: str | os.PathLike[str], *
     return BankTimes(prep.baseline_us / 1000.0, total / 1000.0, prep.unfused_us / 1000.0)
 
 
-__all__ = ["tune_graph", "subgraph_executor", "SgatConfig", "apply_bank", "BankTimes", "check_soc", "prepare", "Prepared", "Case"]
+def priced_subgraphs(graph: Graph, soc: Soc, bank_dir: str | os.PathLike[str] | None, *, builtin: bool = True
+                     ) -> tuple[dict[str, dict[str, Any]], Any]:
+    """Every distinct subgraph priced under the subgraph banks, in the form of a run record's subgraph lines
+    (`aoe.job.records`; the banks are only read), and the `Prepared` graph (baseline, unfused, skipped)."""
+    check_soc(soc)
+    prep = prepare(graph, soc)
+    bank = SubgraphBank(bank_dir) if bank_dir is not None else None
+    shipped = builtin_subgraph_bank(soc) if builtin else None
+    lines: dict[str, dict[str, Any]] = {}
+    for case in prep.cases:
+        plan, t = case.default_plan, case.default_us
+        entry, source = _lookup_source(case.key, bank, shipped)
+        if entry is not None:
+            banked = plan_from_knowledge(case.rd, entry.knowledge)
+            if banked is not None and np.isfinite(tp := _time(case.rd, banked)):
+                plan, t = banked, tp
+            else:
+                source = None
+        d = subgraph_detail(case, plan, t, entry is not None)
+        lines[case.key] = dict(d, repo_key=case.key, outcome="reserved" if source else "unsatisfied",
+                               provenance=source, source=source, baseline_us=case.default_us, before_us=t,
+                               after_us=t, edges=[tuple(e) for e in d["edges"]])
+    return lines, prep
+
+
+__all__ = ["tune_graph", "priced_subgraphs", "subgraph_executor", "SgatConfig", "apply_bank", "BankTimes", "check_soc", "prepare", "Prepared", "Case"]

@@ -19,12 +19,17 @@ import numpy as np
 from .. import _sim
 from ..errors import AoeError
 from ..soc import Soc, load_soc
-from .heuristics import default_strategy
+from .heuristics import default_strategy as _default_strategy
 from .ops import DTYPES, FORMATS, Conv2D, MatMul, RecurrentMatMul, SimOp, VectorOp, make_op
 
 PIPES: list[str] = list(_sim.PIPES)
 REASONS: list[str] = list(_sim.REASONS)
 SocLike = str | os.PathLike[str] | Soc
+
+
+def default_strategy(soc: SocLike, op: SimOp) -> dict[str, int]:
+    """The heuristic strategy CANN would use for `op` on `soc` (a `Soc`, a SoC name or an .ini path)."""
+    return _default_strategy(load_soc(soc), op)
 
 
 def strategy_fields(op: SimOp) -> list[str]:

@@ -68,7 +68,7 @@ import math
 import numpy as np
 
 from .. import _sim
-from ..soc import Soc, load_soc
+from ..soc import Soc, require_soc
 from .ops import DTYPE_BYTES, Conv2D, MatMul, SimOp, VectorOp
 
 MM_FIELDS: list[str] = list(_sim.strategy_fields(_sim.K_MATMUL))
@@ -486,9 +486,10 @@ def _conv_tiling(soc: Soc, op: Conv2D, split: tuple[int, ...]) -> dict[str, int]
     return next((dict(zip(CONV_FIELDS, (int(v) for v in cand))) for cand, r in zip(small, reasons2) if r == 0), None)
 
 
-def default_strategy(soc: Soc | str, op: SimOp) -> dict[str, int]:
-    """The heuristic strategy CANN would use for `op` on `soc` (a `Soc`, a SoC name or an .ini path)."""
-    return dict(_default_strategy(load_soc(soc), op))
+def default_strategy(soc: Soc, op: SimOp) -> dict[str, int]:
+    """The heuristic strategy CANN would use for `op` on `soc` (a `Soc` value; `aoe.sim.default_strategy`
+    also takes a name)."""
+    return dict(_default_strategy(soc if isinstance(soc, Soc) else require_soc(soc, "default_strategy"), op))
 
 
 # A case's default is asked for several times while it is tuned (the space's seed, the price before

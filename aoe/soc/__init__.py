@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import configparser
 import dataclasses
+import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,6 +108,7 @@ class Soc:
     launch_us: float = 3.0
     cv_handoff_us: float = 1.0
     source: str = ""
+    ini_sha256: str = ""                  # fingerprint of the .ini it was read from ("" for none)
     _native: Any = field(default=None, compare=False, repr=False)
 
     @property
@@ -143,7 +145,7 @@ class Soc:
 
             obj = _sim.SoC()
             for f in dataclasses.fields(self):
-                if f.name in ("source", "_native"):
+                if f.name in ("source", "ini_sha256", "_native"):
                     continue
                 setattr(obj, f.name, getattr(self, f.name))
             # gm_to_ub shares the core's GM port with MTE2 into L1.
@@ -196,7 +198,8 @@ def _parse(path: Path, default_name: str) -> Soc:
     parser = configparser.ConfigParser(inline_comment_prefixes=(";", "#"), strict=False,
                                        interpolation=None)
     parser.optionxform = str  # CANN keys are case-sensitive in spirit; keep them as written
-    text = read_regular(path, MAX_SOC_FILE, "SoC description").decode("utf-8", errors="replace")
+    ini_bytes = read_regular(path, MAX_SOC_FILE, "SoC description")
+    text = ini_bytes.decode("utf-8", errors="replace")
     try:
         parser.read_string(text, source=str(path))
     except (configparser.Error, UnicodeError) as exc:
@@ -234,8 +237,47 @@ def _parse(path: Path, default_name: str) -> Soc:
         # A real CANN file has no chip bandwidth: the cores' GM ports at full rate are the bound.
         values["hbm_gbps"] = values.get("ddr_rate", 64.0) * values["cube_cores"] * values["freq_mhz"] / 1000.0
     name = get("version", "SoC_version") or default_name
-    soc = Soc(name=name, source=str(path), **values)
+    soc = Soc(name=name, source=str(path), ini_sha256=hashlib.sha256(ini_bytes).hexdigest(), **values)
     _validate(soc, str(path))
+    return soc
+
+
+def require_soc(soc: Any, where: str = "this function") -> Soc:
+    """`soc` itself when it is a `Soc` value; else an AoeError: inside aoe the SoC travels as a value,
+    resolved from a name once at a door (CLI, Python API, frontend) by `load_soc`."""
+    if not isinstance(soc, Soc):
+        raise AoeError(f"{where} takes a Soc value, got {type(soc).__name__} {soc!r}: resolve the name once with "
+                       "aoe.soc.load_soc(name) (the command line and aoe.tune do it for you)")
+    return soc
+
+
+def soc_from_dict(d: Any, where: str = "a record") -> Soc:
+    """A SoC carried by value (`Soc.to_dict()`, e.g. in a run's record): untrusted, checked field by field."""
+    if not isinstance(d, dict):
+        raise AoeError(f"{where}: the SoC must be an object of its fields")
+    kinds = {f.name: f.type for f in dataclasses.fields(Soc) if f.name != "_native"}
+    unknown = set(d) - set(kinds)
+    missing = {f.name for f in dataclasses.fields(Soc) if f.name != "_native"
+               and f.default is dataclasses.MISSING} - set(d)
+    if unknown or missing:
+        raise AoeError(f"{where}: SoC fields {sorted(unknown) or ''} unknown, {sorted(missing) or ''} missing")
+    values: dict[str, Any] = {}
+    for k, v in d.items():
+        t = kinds[k]
+        if t == "str":
+            ok = isinstance(v, str) and len(v) <= 4096
+        elif t == "bool":
+            ok = isinstance(v, bool)
+        elif t == "int":
+            ok = isinstance(v, int) and not isinstance(v, bool) and abs(v) < 1 << 62
+        else:
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
+            v = float(v) if ok else v
+        if not ok:
+            raise AoeError(f"{where}: SoC field {k} has a value of the wrong type")
+        values[k] = v
+    soc = Soc(**values)
+    _validate(soc, where)
     return soc
 
 
@@ -268,4 +310,4 @@ def _validate(soc: Soc, where: str) -> None:
             raise AoeError(f"{where}: {name} must not be negative")
 
 
-__all__ = ["Soc", "load_soc", "known_socs", "DATA_DIR"]
+__all__ = ["Soc", "load_soc", "known_socs", "require_soc", "soc_from_dict", "DATA_DIR"]
