@@ -391,3 +391,22 @@ def test_a_summary_whose_gains_are_all_the_banks_says_so() -> None:
     assert "this run's tuning gained nothing over the strategies in use (80.000 us)" in text
     assert "100.000 us -> 80.000 us over CANN's defaults (25.00% faster)" in text
     assert "hits 1 (built-in 1, custom 0, this run 0; updated 0, reserved 1)" in text
+
+
+def test_a_recurrent_kernel_descriptor_round_trips_through_the_record() -> None:
+    """A recurrent kernel (its gate math nested as vector descriptors) is written as plain JSON and read back."""
+    from aoe import sim
+    from aoe.opat.detail import kernel_detail, op_from_dict, op_to_dict
+    from aoe.soc import load_soc
+
+    gates = (sim.VectorOp("Sigmoid", (8, 96), dtype="float16"), sim.VectorOp("Tanh", (8, 32), dtype="float16"))
+    op = sim.RecurrentMatMul(m=8, n=128, k=64, dtype="float16", op_type="MatMulV2", steps=5, step_ops=gates)
+    d = json.loads(json.dumps(op_to_dict(op)))
+    assert op_from_dict(d) == op
+    detail = kernel_detail(load_soc("Ascend910B2"), op, None, "default")
+    assert detail["time_us"] > 0 and json.dumps(detail)
+    bad = dict(d, step_ops=[op_to_dict(sim.MatMul(m=8, n=8, k=8))])
+    with pytest.raises(AoeError, match="VectorOp"):
+        op_from_dict(bad)
+    with pytest.raises(AoeError, match="at most"):
+        op_from_dict(dict(d, step_ops=[d["step_ops"][0]] * 65))

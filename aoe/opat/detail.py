@@ -17,7 +17,9 @@ from ..errors import AoeError
 from ..ops import OpCase, Variant
 from ..soc import Soc
 
-_OP_TYPES = {"MatMul": sim.MatMul, "VectorOp": sim.VectorOp, "Conv2D": sim.Conv2D}
+_OP_TYPES = {"MatMul": sim.MatMul, "VectorOp": sim.VectorOp, "Conv2D": sim.Conv2D,
+             "RecurrentMatMul": sim.RecurrentMatMul}
+_MAX_STEP_OPS = 64  # a recurrent kernel's gate math: a handful of vector operators per step
 
 
 def kernel_detail(soc: Soc, op: Any, strat: Mapping[str, int] | None, label: str) -> dict[str, Any]:
@@ -34,9 +36,16 @@ def kernel_detail(soc: Soc, op: Any, strat: Mapping[str, int] | None, label: str
 
 
 def op_to_dict(op: Any) -> dict[str, Any]:
-    """A simulator descriptor (MatMul, VectorOp, Conv2D) as plain values (`op_from_dict` reads it back)."""
+    """A simulator descriptor (MatMul, VectorOp, Conv2D, RecurrentMatMul) as plain values (`op_from_dict`
+    reads it back); a recurrent kernel's per-step vector operators nest as descriptors of their own."""
     d = {f.name: getattr(op, f.name) for f in dataclasses.fields(op) if f.init}
-    return {"type": type(op).__name__, **{k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}}
+    out: dict[str, Any] = {"type": type(op).__name__}
+    for k, v in d.items():
+        if k == "step_ops":
+            out[k] = [op_to_dict(x) for x in v]
+        else:
+            out[k] = list(v) if isinstance(v, tuple) else v
+    return out
 
 
 def op_from_dict(d: Any) -> Any:
@@ -51,6 +60,14 @@ def op_from_dict(d: Any) -> Any:
             continue
         if k not in names:
             raise AoeError(f"a {d['type']} descriptor has no field {k!r}")
+        if k == "step_ops":
+            if not isinstance(v, list) or len(v) > _MAX_STEP_OPS:
+                raise AoeError(f"{d['type']}.step_ops must be a list of at most {_MAX_STEP_OPS} descriptors")
+            steps = tuple(op_from_dict(x) for x in v)
+            if not all(isinstance(x, sim.VectorOp) for x in steps):
+                raise AoeError(f"{d['type']}.step_ops must hold VectorOp descriptors only")
+            args[k] = steps
+            continue
         if isinstance(v, list):
             if len(v) > 16 or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
                 raise AoeError(f"{d['type']}.{k} must be a short list of integers")
