@@ -180,9 +180,17 @@ PyObject* bank_unchanged(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     return PyBool_FromLong(same);
 }
 
-// Calls `lock.acquire()` or `lock.release()` (a threading.Lock: the bank's mutex).
-bool call_lock(PyObject* lock, const char* verb) {
-    PyObject* r = PyObject_CallMethod(lock, verb, nullptr);
+// Calls `lock.acquire()` or `lock.release()` (a threading.Lock: the bank's mutex). The method name is
+// an interned str made once: a name built from a C string on every call (PyObject_CallMethod) misses
+// the type's method cache and walks the MRO each time.
+bool call_lock(PyObject* lock, bool acquire) {
+    static PyObject* names[2] = {nullptr, nullptr};  // (the GIL is held: made once, kept for the process)
+    PyObject*& name = names[acquire ? 0 : 1];
+    if (name == nullptr) {
+        name = PyUnicode_InternFromString(acquire ? "acquire" : "release");
+        if (name == nullptr) return false;
+    }
+    PyObject* r = PyObject_CallMethodNoArgs(lock, name);
     Py_XDECREF(r);
     return r != nullptr;
 }
@@ -198,7 +206,7 @@ int resolve_first(const Spec& sp, PyObject* state, PyObject* lock, PyObject* hit
     PyObject *recs = PyTuple_GET_ITEM(state, 2), *bulk = PyTuple_GET_ITEM(state, 3);
     if (!PyDict_CheckExact(pending) || !PyDict_CheckExact(index) || !PyList_CheckExact(recs) || !PyTuple_CheckExact(bulk))
         return 2;
-    if (!call_lock(lock, "acquire")) return -1;
+    if (!call_lock(lock, true)) return -1;
     int rc = 2;
     PyObject* c = nullptr;
     PyObject* i = PyDict_GetItemWithError(pending, h);  // borrowed (the lock keeps it alive)
@@ -228,7 +236,7 @@ int resolve_first(const Spec& sp, PyObject* state, PyObject* lock, PyObject* hit
         Py_XDECREF(c);
     }
     if (rc != 1 && PyErr_Occurred()) rc = -1;
-    if (!call_lock(lock, "release")) rc = -1;
+    if (!call_lock(lock, false)) rc = -1;
     return rc;
 }
 

@@ -175,3 +175,49 @@ def test_links_follow_graph_changes() -> None:
     assert g.links().outputs == frozenset({g.ops[3].outputs[0]})
     g.outputs.append(g.ops[4].outputs[0])
     assert g.ops[4].outputs[0] in g.links().outputs
+
+
+@pytest.fixture
+def case_builds(monkeypatch: pytest.MonkeyPatch) -> dict[int, int]:
+    """Counts, per operator (by id), how often the catalogue works out its case (the matmul, conv and vector
+    builders describe() dispatches to), however it was asked."""
+    from aoe.ops import catalogue
+
+    builds: dict[int, int] = {}
+    for name in ("_matmul_case", "_conv_case", "_vector_case"):
+        orig = getattr(catalogue, name)
+
+        def wrapped(graph: Graph, op: Any, _orig: Callable[..., Any] = orig) -> Any:
+            builds[id(op)] = builds.get(id(op), 0) + 1
+            return _orig(graph, op)
+
+        monkeypatch.setattr(catalogue, name, wrapped)
+    return builds
+
+
+@pytest.mark.parametrize("shape", ["chain", "wide"])
+@pytest.mark.parametrize("name", ["describe", "operator_cases", "sgat_prepare", "opat"])
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+def test_each_case_is_worked_out_once(shape: str, name: str, training: bool, case_builds: dict[int, int]) -> None:
+    """describe() works an operator's case out once per graph however many passes ask (SGAT's partition,
+    pricing and keys, the Format of a vector operator's Cube neighbours): a pass asking again pays a lookup."""
+    g = GEN[shape](N)
+    if training:
+        g = derive_training(g)
+    ops = list.__iter__(g.ops)
+    kernels = [op for op in ops if not op.is_view]
+    PASSES[name](g)
+    PASSES[name](g)   # a second pass over the same graph finds every case already worked out
+    assert kernels and max(case_builds.values()) == 1, (
+        f"{name} worked out one operator's case {max(case_builds.values())} times")
+    assert len(case_builds) <= len(kernels)
+
+
+def test_a_changed_graph_is_described_again(case_builds: dict[int, int]) -> None:
+    """The cases are kept per revision of the graph: an operator list that changed is described afresh."""
+    g = GEN["chain"](16)
+    op = g.ops[4]  # the MatMulV2 of the first block
+    first = describe(g, op)
+    assert describe(g, op) is first and case_builds[id(op)] == 1
+    g.ops.append(g.ops.pop())   # a change to the list, even one that restores it
+    assert describe(g, op) == first and case_builds[id(op)] == 2

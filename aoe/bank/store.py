@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import os
 import re
+import stat
 import threading
 import warnings
 import weakref
@@ -133,11 +134,20 @@ class OpBank:
         """The bank file of `op_type`; rejects names that could leave the bank directory."""
         check_name(op_type, "operator type")
         path = self.dir / f"{self.soc}_{self.core_num}_AiCore_{op_type}_runtime_kb.json"
-        # the name check already rules out separators and '..'; this also catches a planted symlink
-        if self.dir.exists() and not inside(path.parent, self.root):
+        # the name check already rules out separators and '..'; this also catches a planted symlink. A
+        # real directory entry (lstat: not followed) is inside the bank by construction, which spares the
+        # two full realpath walks on every save; anything else (a link, a missing entry) is resolved.
+        if not self._plain_dir() and self.dir.exists() and not inside(path.parent, self.root):
             raise AoeError(f"{self.dir} leads outside the bank directory {self.root} (a symbolic "
                            f"link?); remove it")
         return path
+
+    def _plain_dir(self) -> bool:
+        """True if the bank's `unified_bank` entry is a directory itself, not a symbolic link to one."""
+        try:
+            return stat.S_ISDIR(os.lstat(self.dir).st_mode)
+        except OSError:
+            return False
 
     def _load(self, op_type: str, path: Path) -> OpFile:
         lines = jsonl.read_lines(path, shape_check(op_type), lazy=True)

@@ -165,6 +165,7 @@ del _name
 
 
 _TRACKED = frozenset({"ops", "outputs"})
+_MEMOS = frozenset({"_links", "_memos"})   # derived data kept in a graph's __dict__ (never pickled)
 
 
 class Links(NamedTuple):
@@ -200,8 +201,8 @@ class Graph:
         object.__setattr__(self, name, value)
 
     def __getstate__(self) -> dict[str, Any]:
-        # the links memo is derived data: rebuilt on demand, never shipped to a worker
-        return {k: v for k, v in self.__dict__.items() if k != "_links"}
+        # the memos are derived data: rebuilt on demand, never shipped to a worker
+        return {k: v for k, v in self.__dict__.items() if k not in _MEMOS}
 
     # ---- queries -------------------------------------------------------------------------------
     def op_counts(self) -> dict[str, int]:
@@ -235,6 +236,24 @@ class Graph:
             memo = (ops, ops.revision, outs, outs.revision, Links(self.producers(), self.consumers(), frozenset(outs)))
             self.__dict__["_links"] = memo
         return memo[4]
+
+    def memo(self, name: str) -> dict[Any, Any]:
+        """A dict for data derived from this graph under `name` (e.g. the catalogue's cases per operator),
+        emptied when ``ops``, ``outputs`` or the ``tensors`` dict are replaced or change length.
+
+        Like `links()`, changing an ``Op`` or a ``Tensor`` in place is not seen. Callers store values
+        they never mutate; two threads filling it at once only compute an entry twice.
+        """
+        ops, outs, tensors = self.ops, self.outputs, self.tensors
+        memos = self.__dict__.get("_memos")
+        if memos is None or memos[0] is not ops or memos[1] != ops.revision or memos[2] is not outs \
+                or memos[3] != outs.revision or memos[4] is not tensors or memos[5] != len(tensors):
+            memos = (ops, ops.revision, outs, outs.revision, tensors, len(tensors), {})
+            self.__dict__["_memos"] = memos
+        found = memos[6].get(name)
+        if found is None:
+            found = memos[6].setdefault(name, {})
+        return found
 
     def params(self) -> list[str]:
         """Names of trainable parameter tensors, in tensor order."""

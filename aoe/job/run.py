@@ -46,6 +46,8 @@ from .verification import write_tuned_model
 
 KIND = {1: "sgat", 2: "opat"}
 CHECKPOINT_S = 1.0  # the result file and resume state are rewritten at most this often (and at the end)
+CHECKPOINT_SHARE = 0.1  # ... and at most this share of the job's time: a checkpoint of a 100k-operator graph
+                        # takes a second, and rewriting it every second made the job's cost grow with its square
 __all__ = ["JobResult", "JobSpec", "JobSettings", "run_job", "settings_from_env", "load_graph", "graph_fingerprint",
            "DEFAULT_SOC", "SUCCESS", "FAILED", "INCOMPLETE"]
 
@@ -288,19 +290,20 @@ def _run_stoppable(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, t
     prev_elapsed = float(prev_state.get("elapsed_s", 0.0))
     t0 = time.perf_counter()
 
-    last = [-CHECKPOINT_S]
+    last = [-CHECKPOINT_S, CHECKPOINT_S]   # when the last checkpoint was written, the gap before the next
     states: dict[str, Any] = {r.key: r.to_state() for r in done.values() if not getattr(r, "skipped", None)}
 
     def write(report: Report | None, final: bool, section: bool = True, new: Sequence[Any] = ()) -> None:
         # every case goes to the journal (one appended line); the result file and the state are rewritten
-        # at most once per CHECKPOINT_S and at the end, so the cost does not grow with cases squared
+        # at most once per CHECKPOINT_S (longer when a checkpoint is slow: see CHECKPOINT_SHARE) and at the
+        # end, so the cost does not grow with cases squared
         now = time.perf_counter()
         elapsed = prev_elapsed + now - t0
         fresh = [(r.key, r.to_state()) for r in new if not getattr(r, "skipped", None)]
         if fresh:
             rf.append_journal({"key": key, "elapsed_s": round(elapsed, 3), "done": [s for _, s in fresh]})
             states.update(fresh)   # each record's state is computed once, not at every checkpoint
-        if not final and now - last[0] < CHECKPOINT_S:
+        if not final and now - last[0] < last[1]:
             return
         last[0] = now
         rf.set_task(key, tuning_name, None, report.to_result_section() if report is not None and section else None)
@@ -311,6 +314,7 @@ def _run_stoppable(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, t
         else:
             saved = list(states.values())
         rf.write_state(dict(state_base, elapsed_s=elapsed, done=saved, status="interrupted" if final else "running"))
+        last[1] = max(CHECKPOINT_S, (time.perf_counter() - now) / CHECKPOINT_SHARE)
 
     write(None, False)
     _say(out, "Aoe tuning graph.")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from ..bank.schema import schema_for
 from ..errors import AoeError
@@ -131,8 +131,57 @@ def _sim_dtype(dtype: str) -> str:
     return dtype if dtype in ("float16", "bfloat16", "float32", "int8", "int32") else "float16"
 
 
+_S = TypeVar("_S")
+
+
+def _made(graph: Graph, cls: Callable[..., _S], *args: Any, **kwargs: Any) -> _S:
+    """`cls(*args, **kwargs)` built once per graph: the simulator's kernel descriptions are frozen values
+    (each checked by the native model when built), and a graph of repeated layers needs a few distinct ones
+    for thousands of operators."""
+    memo = graph.memo("ops.sim")
+    ident = (cls, args, *kwargs.items())
+    try:
+        found = memo.get(ident)
+    except TypeError:  # an unhashable argument: built as it is
+        return cls(*args, **kwargs)
+    if found is None:
+        found = memo[ident] = cls(*args, **kwargs)
+    return found
+
+
+def _canonical(graph: Graph, op_type: str, ident: Any, raw: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """The bank key of `op_type` from the fields `raw()` gives, worked out once per graph for each distinct
+    `ident` (a hashable form of those fields). The key is shared: never changed in place."""
+    memo = graph.memo("ops.key")
+    ident = (op_type, ident)
+    found = memo.get(ident)
+    if found is None:
+        found = memo[ident] = schema_for(op_type).canonical_key(op_type, raw())
+    return found
+
+
 def describe(graph: Graph, op: Op) -> OpCase:
-    """The tuning case of `op` in `graph` (raises Unsupported for operators that cannot be tuned)."""
+    """The tuning case of `op` in `graph` (raises Unsupported for operators that cannot be tuned).
+
+    Worked out once per operator and graph revision (`Graph.memo`): the tuners, the partitioner and the
+    Format of a vector operator's Cube neighbours all ask for the same operators again.
+    """
+    memo = graph.memo("ops.describe")
+    found = memo.get(id(op))
+    if found is not None and found[0] is op:   # the operator itself is kept: an id is never reused
+        if isinstance(found[1], str):
+            raise Unsupported(found[1])
+        return found[1]
+    try:
+        case = _describe(graph, op)
+    except Unsupported as exc:
+        memo[id(op)] = (op, str(exc))
+        raise
+    memo[id(op)] = (op, case)
+    return case
+
+
+def _describe(graph: Graph, op: Op) -> OpCase:
     if getattr(op, "is_view", False) or op.attrs.get("view"):
         raise Unsupported("view: no kernel")
     if op.type == "Opaque":
@@ -172,13 +221,13 @@ def _matmul_case(graph: Graph, op: Op) -> OpCase:
         raise Unsupported(f"batch dims {a[:-2]} and {b[:-2]} do not broadcast")
 
     def mm(fa: str = "ND", fb: str = "ND", fc: str = "ND") -> MatMul:
-        return MatMul(m=m, n=n, k=k, batch=batch_a, batch_b=batch_b, dtype=dtype, a_format=fa, b_format=fb,
-                      c_format=fc, trans_a=ta, trans_b=tb, bias=bias, op_type=op.type)
+        return _made(graph, MatMul, m=m, n=n, k=k, batch=batch_a, batch_b=batch_b, dtype=dtype, a_format=fa,
+                     b_format=fb, c_format=fc, trans_a=ta, trans_b=tb, bias=bias, op_type=op.type)
 
     base = mm()
     ba = [int(d) for d in a[:-2]][-4:]
     bb = [int(d) for d in b[:-2]][-4:]
-    key = schema_for(op.type).canonical_key(op.type, {
+    key = _canonical(graph, op.type, (m, k, n, tuple(ba), tuple(bb), dtype, base.out_dtype, ta, tb, bias), lambda: {
         "m": m, "k": k, "n": n,
         **{f"batch_a{i + 1}": v for i, v in enumerate((ba + [1, 1, 1, 1])[:4])},
         **{f"batch_b{i + 1}": v for i, v in enumerate((bb + [1, 1, 1, 1])[:4])},
@@ -202,17 +251,17 @@ def _matmul_case(graph: Graph, op: Op) -> OpCase:
                     continue
                 extra: list[SimOp] = []
                 if fa == "FRACTAL_NZ" and graph.tensors[a_name].kind in ("activation", "input"):
-                    extra.append(_transdata(a, dtype, "ND", "FRACTAL_NZ"))
+                    extra.append(_transdata(graph, a, dtype, "ND", "FRACTAL_NZ"))
                 if fb == "FRACTAL_NZ" and graph.tensors[b_name].kind in ("activation", "input"):
-                    extra.append(_transdata(b, dtype, "ND", "FRACTAL_NZ"))
+                    extra.append(_transdata(graph, b, dtype, "ND", "FRACTAL_NZ"))
                 if fc == "FRACTAL_NZ":
-                    extra.append(_transdata(_shape(graph, op.outputs[0]), base.out_dtype, "FRACTAL_NZ", "ND"))
+                    extra.append(_transdata(graph, _shape(graph, op.outputs[0]), base.out_dtype, "FRACTAL_NZ", "ND"))
                 formats.append(Variant(f"{_short(fa)},{_short(fb)},{_short(fc)}", mm(fa, fb, fc),
                                        extra_ops=tuple(extra),
                                        knowledge={"formats": [fa, fb, fc]}))
     impls = [Variant("cube", base, knowledge={"impl": "cube"})]
     if m <= 16 and batch_a == 1 and batch_b == 1 and not tb:
-        gemv = VectorOp("Gemv", (k, n), dtype=dtype, axes=(0,), ksize=(m, 1))
+        gemv = _made(graph, VectorOp, "Gemv", (k, n), dtype=dtype, axes=(0,), ksize=(m, 1))
         impls.append(Variant("vector_gemv", gemv, modes=PERF_ONLY, knowledge={"impl": "vector_gemv"}))
     return OpCase(op.name, op.type, "matmul", key, default, tuple(formats), tuple(impls))
 
@@ -221,11 +270,11 @@ def _short(fmt: str) -> str:
     return "NZ" if fmt == "FRACTAL_NZ" else fmt
 
 
-def _transdata(shape: tuple[int, ...], dtype: str, src: str, dst: str) -> VectorOp:
+def _transdata(graph: Graph, shape: tuple[int, ...], dtype: str, src: str, dst: str) -> VectorOp:
     """The TransData kernel converting a tensor of `shape` from layout `src` to `dst`."""
     if len(shape) < 2:
         shape = (1, *shape)
-    return VectorOp("TransData", tuple(shape), dtype=_sim_dtype(dtype), src_format=src, dst_format=dst)
+    return _made(graph, VectorOp, "TransData", tuple(shape), dtype=_sim_dtype(dtype), src_format=src, dst_format=dst)
 
 
 # --- conv --------------------------------------------------------------------------------------
@@ -262,10 +311,11 @@ def _conv_case(graph: Graph, op: Op) -> OpCase:
         c0 = 32 // DTYPE_BYTES[dtype]
         c1 = -(-groups // c0)
         sim_x, sim_w, sim_g = (x[0], c1 * c0, x[2], x[3]), (c1 * c0, c0, w[2], w[3]), c1
-    base = Conv2D(x=sim_x, weight=sim_w, strides=strides, pads=pads, dilations=dil, groups=sim_g, dtype=dtype,
-                  bias=bool(attrs.get("has_bias")), op_type=kind)  # type: ignore[arg-type]
+    base = _made(graph, Conv2D, x=sim_x, weight=sim_w, strides=strides, pads=pads, dilations=dil, groups=sim_g,
+                 dtype=dtype, bias=bool(attrs.get("has_bias")), op_type=kind)
     ho, wo = base.out_hw
-    key = schema_for(op.type).canonical_key(op.type, {
+    ident = (dtype, base.out_dtype, x, w, ho, wo, groups, strides, dil, pads, bool(attrs.get("has_bias")))
+    key = _canonical(graph, op.type, ident, lambda: {
         "a_dtype": dtype, "b_dtype": dtype, "c_dtype": base.out_dtype,
         "a_shape_n": x[0], "a_shape_c": x[1], "a_shape_h": x[2], "a_shape_w": x[3],
         "b_shape_n": w[0], "b_shape_c": w[1], "b_shape_h": w[2], "b_shape_w": w[3],
@@ -280,12 +330,12 @@ def _conv_case(graph: Graph, op: Op) -> OpCase:
     kh, kw = w[2], w[3]
     if (kind == "Conv2D" and kh == kw == 1 and strides == (1, 1) and pads == (0, 0, 0, 0) and groups == 1):
         # 1x1 conv = matmul over pixels; NC1HWC0 activations are already NZ-like, weights FRACTAL_Z
-        mm = MatMul(m=x[0] * x[2] * x[3], n=w[0], k=x[1], dtype=dtype, a_format="FRACTAL_NZ",
-                    b_format="FRACTAL_NZ", c_format="FRACTAL_NZ", op_type="MatMulV2")
+        mm = _made(graph, MatMul, m=x[0] * x[2] * x[3], n=w[0], k=x[1], dtype=dtype, a_format="FRACTAL_NZ",
+                   b_format="FRACTAL_NZ", c_format="FRACTAL_NZ", op_type="MatMulV2")
         impls.append(Variant("conv1x1_as_matmul", mm, knowledge={"impl": "conv1x1_as_matmul"}))
     if kind == "Conv2D" and groups == x[1] == w[0] and w[1] == 1 and dil == (1, 1) and strides[0] == strides[1]:
         padded = (x[0], x[1], x[2] + pads[0] + pads[1], x[3] + pads[2] + pads[3])
-        dw = VectorOp("DepthwiseConv2D", padded, dtype=dtype, ksize=(kh, kw), strides=strides)
+        dw = _made(graph, VectorOp, "DepthwiseConv2D", padded, dtype=dtype, ksize=(kh, kw), strides=strides)
         impls.append(Variant("depthwise_vector", dw, knowledge={"impl": "depthwise_vector"}))
     return OpCase(op.name, op.type, "conv", key, default, (default,), tuple(impls))
 
@@ -363,23 +413,27 @@ def _vector_case(graph: Graph, op: Op) -> OpCase:
         if c1hwc0:
             c0 = 32 // DTYPE_BYTES.get(dtype, 2)
             padded = (shape[0], -(-shape[1] // c0) * c0, shape[2], shape[3])
-            base = VectorOp(name, padded, dtype=dtype, **kwargs)
+            base = _made(graph, VectorOp, name, padded, dtype=dtype, **kwargs)
             if padded != shape:
-                nchw_alt = Variant("NCHW", VectorOp(name, shape, dtype=dtype, **kwargs),
-                                   extra_ops=(_transdata(shape, dtype, "NC1HWC0", "NCHW"),
-                                              _transdata(_out_shape(outs, shape), dtype, "NCHW", "NC1HWC0")),
+                nchw_alt = Variant("NCHW", _made(graph, VectorOp, name, shape, dtype=dtype, **kwargs),
+                                   extra_ops=(_transdata(graph, shape, dtype, "NC1HWC0", "NCHW"),
+                                              _transdata(graph, _out_shape(outs, shape), dtype, "NCHW", "NC1HWC0")),
                                    knowledge={"formats": ["NCHW"]})
         else:
-            base = VectorOp(name, shape, dtype=dtype, **kwargs)
+            base = _made(graph, VectorOp, name, shape, dtype=dtype, **kwargs)
     except AoeError as exc:
         raise Unsupported(f"{op.type}: {exc}") from None
-    key = schema_for(op.type).canonical_key(op.type, {
+    key_attrs = _key_attrs(op.attrs)
+    # repr keeps 1, 1.0 and True apart, as the stored JSON does
+    ident = (tuple((t.shape, t.dtype, t.format) for t in ins), tuple((t.dtype, t.format) for t in outs),
+             repr(key_attrs))
+    key = _canonical(graph, op.type, ident, lambda: {
         "input_shapes": [list(t.shape) for t in ins],
         "input_dtypes": [t.dtype for t in ins],
         "input_formats": [t.format for t in ins],
         "output_dtypes": [t.dtype for t in outs],
         "output_formats": [t.format for t in outs],
-        "attrs": _key_attrs(op.attrs),
+        "attrs": key_attrs,
     })
     default = Variant("NC1HWC0" if c1hwc0 else "ND", base)
     formats = (default, nchw_alt) if nchw_alt is not None else (default,)
@@ -461,11 +515,11 @@ def _cube_side(graph: Graph, cube: Op, tensor: str) -> tuple[MatMul, MatMul] | N
     if not isinstance(nd, MatMul):
         return None
     if tensor in cube.outputs:
-        return nd, replace(nd, c_format=_NZ)
+        return nd, _made(graph, replace, nd, c_format=_NZ)
     idx = cube.inputs.index(tensor)
     if idx > 1:
         return None  # a bias
-    return nd, replace(nd, a_format=_NZ) if idx == 0 else replace(nd, b_format=_NZ)
+    return nd, _made(graph, replace, nd, a_format=_NZ) if idx == 0 else _made(graph, replace, nd, b_format=_NZ)
 
 
 def _nz_capable(graph: Graph, v: Op, tensor: str) -> bool:
@@ -521,7 +575,7 @@ def _cube_formats(graph: Graph, op: Op, base: VectorOp, shape: tuple[int, ...],
             out = next(o for o in cube.outputs)
             side = _cube_side(graph, cube, out)
         if side is not None:
-            edges.append(([side], _transdata(shape, dtype, _NZ, "ND")))
+            edges.append(([side], _transdata(graph, shape, dtype, _NZ, "ND")))
             marker.append("in")
         elif tensor.kind in ("activation", "input"):
             other_ins.append(t)
@@ -536,19 +590,20 @@ def _cube_formats(graph: Graph, op: Op, base: VectorOp, shape: tuple[int, ...],
             else:
                 sides.append(side)
         if sides:
-            edges.append((sides, _transdata(shape, dtype, "ND", _NZ)))
+            edges.append((sides, _transdata(graph, shape, dtype, "ND", _NZ)))
             marker.append("out")
     elif op.outputs:
         other_out = True  # a reduced output is written as it is
     if not edges:
         return None
     try:
-        nz_op = VectorOp(base.op_type, _nz_shape(shape), dtype=dtype, in_format=_NZ, out_format=_NZ, **kwargs)
+        nz_op = _made(graph, VectorOp, base.op_type, _nz_shape(shape), dtype=dtype, in_format=_NZ, out_format=_NZ,
+                      **kwargs)
     except AoeError:
         return None
-    extra = [_transdata(shape, dtype, "ND", _NZ) for _ in other_ins]
+    extra = [_transdata(graph, shape, dtype, "ND", _NZ) for _ in other_ins]
     if other_out and op.outputs and tuple(graph.tensors[op.outputs[0]].shape) == shape:
-        extra.append(_transdata(shape, dtype, _NZ, "ND"))
+        extra.append(_transdata(graph, shape, dtype, _NZ, "ND"))
 
     def edge(layout: str) -> tuple[CubeEdge, ...]:
         return tuple(CubeEdge(layout, tuple(s[0] for s in sides), tuple(s[1] for s in sides), td)
