@@ -36,8 +36,9 @@ AOE_INLINE bool fail(typename L::I& reason, typename L::M cond, int code) {
         return cond;
     } else {
         using I = typename L::I;
-        reason = sel((reason == 0) & cond, splat<I>(code), reason);
-        return all(reason != 0);
+        const I alive = reason == 0;
+        reason = sel(alive & cond, splat<I>(code), reason);
+        return none_left(alive, cond);  // every lane failed, now or before
     }
 }
 
