@@ -143,6 +143,28 @@ AOE_INLINE D trunc_i(D x) {
     return to_d(to_i(x));
 }
 
+// a * b of int64 lanes (wrapping, as vector lanes do). AVX2 has no 64-bit multiply: GCC builds one
+// from three 32-bit ones; where every lane of both is below 2^32 (the model's sizes) one is exact.
+AOE_INLINE int64_t mul(int64_t a, int64_t b) { return a * b; }
+template <class I>
+AOE_INLINE I mul(I a, I b) {
+#if defined(__AVX2__) && !defined(__AVX512DQ__)
+    if constexpr (sizeof(I) == 32) {
+        if (__builtin_expect(_mm256_testz_si256(_mm256_or_si256((__m256i)a, (__m256i)b),
+                                                _mm256_set1_epi64x(int64_t(0xFFFFFFFF00000000ULL))),
+                             1))
+            return (I)_mm256_mul_epu32((__m256i)a, (__m256i)b);
+    }
+#endif
+    return a * b;
+}
+template <class I>
+AOE_INLINE I mul(I a, int64_t b) { return mul(a, splat<I>(b)); }
+template <class I>
+AOE_INLINE I mul(int64_t a, I b) { return mul(splat<I>(a), b); }
+template <class A, class B, class C, class... R>
+AOE_INLINE auto mul(A a, B b, C c, R... r) { return mul(mul(a, b), c, r...); }
+
 // std::min / std::max, lane by lane (the same operand order, so NaNs pass the same way).
 template <class T>
 AOE_INLINE T vmin(T a, T b) { return sel(b < a, b, a); }
@@ -226,8 +248,8 @@ AOE_INLINE I fdiv(I a, I b) {
     return q;
 }
 template <class I>
-AOE_INLINE I fmod_i(I a, I b) { return a - fdiv(a, b) * b; }
+AOE_INLINE I fmod_i(I a, I b) { return a - mul(fdiv(a, b), b); }
 template <class I>
-AOE_INLINE I align_up(I a, I b) { return ceil_div(a, b) * b; }
+AOE_INLINE I align_up(I a, I b) { return mul(ceil_div(a, b), b); }
 template <class I>
 AOE_INLINE I align_pow2(I a, int64_t b) { return (a + (b - 1)) & ~(b - 1); }  // b a power of two
