@@ -36,9 +36,14 @@ AOE_INLINE bool fail(typename L::I& reason, typename L::M cond, int code) {
         return cond;
     } else {
         using I = typename L::I;
-        const I alive = reason == 0;
-        reason |= alive & cond & code;  // (a lane that failed before keeps its reason: it is not alive)
-        return none_left(alive, cond);  // every lane failed, now or before
+        if constexpr (L::W == 4) {  // AVX2: and/or and one vptest instead of a blend and a movemask
+            const I alive = reason == 0;
+            reason |= alive & cond & code;  // (a lane that failed before keeps its reason: it is not alive)
+            return none_left(alive, cond);  // every lane failed, now or before
+        } else {
+            reason = sel((reason == 0) & cond, splat<I>(code), reason);
+            return all(reason != 0);
+        }
     }
 }
 
