@@ -27,17 +27,17 @@ AOE_INLINE Priced<L> conv_row_g(const SoC& s, const ConvCtx& x, const ConvRow<L>
     const int64_t n = x.n, h = x.h, w = x.w, g = x.g, sh = x.sh, sw = x.sw, ekh = x.ekh, ekw = x.ekw;
     const int64_t ho = x.ho, wo = x.wo, ea = x.ea, c0 = x.c0, khw = x.khw;
     const double ea_d = double(ea);
-    const I used = bd * hd * nd * gd;
+    const I used = mul(bd, hd, nd, gd);
     AOE_RULE(used > s.cube_cores, RS_CORES);
     // hoL1 / hoL0 and woL1 / woL0: the L0 steps inside an L1 tile (whole when the rule holds)
     const I ho_steps = fdiv(hoL1, hoL0), wo_steps = fdiv(woL1, woL0);
-    AOE_RULE(((hoL1 - ho_steps * hoL0) | (woL1 - wo_steps * woL0)) != 0, RS_INCONSISTENT);
+    AOE_RULE(((hoL1 - mul(ho_steps, hoL0)) | (woL1 - mul(wo_steps, woL0))) != 0, RS_INCONSISTENT);
     AOE_RULE((gd > g) | (bd > n), RS_EXCEEDS_SHAPE);
 
     // Pixel counts are aligned to powers of two by masking: once the rules on hoL1 and woL1 below
     // hold, hoL0 <= hoL1 <= the output height and woL0 <= woL1 <= its width (each below 2^25), where
     // the mask equals align_up's rounded division exactly.
-    const I pix_l0 = hoL0 * woL0, pix_l1 = hoL1 * woL1;
+    const I pix_l0 = mul(hoL0, woL0), pix_l1 = mul(hoL1, woL1);
     MmRow<L> mm;
     CubeScales<L> sc{splat<D>(x.p.a_l1_scale), splat<D>(x.p.b_l1_scale), splat<D>(x.p.a_gm_scale),
                      splat<D>(x.p.b_gm_scale)};
@@ -54,10 +54,10 @@ AOE_INLINE Priced<L> conv_row_g(const SoC& s, const ConvCtx& x, const ConvRow<L>
         AOE_RULE((hoL1 > ho_core) | (woL1 > out_w), RS_EXCEEDS_SHAPE);
         // L1 holds whole kernel windows of C0-channel groups (kAL1 in units of kh*kw*C0)
         const I ka_steps = fdiv(kAL1, kL0);
-        AOE_RULE(((kAL1 - ka_steps * kL0) | fmod_i(kBL1, kL0) | fmod_i(kAL1, splat<I>(khw * c0))) != 0,
+        AOE_RULE(((kAL1 - mul(ka_steps, kL0)) | fmod_i(kBL1, kL0) | fmod_i(kAL1, splat<I>(khw * c0))) != 0,
                  RS_INCONSISTENT);
         // L1 patch for hoL1 x woL1 output pixels (dx: rows of the zero-inserted dy, of which 1/stride are real)
-        D rows = to_d((hoL1 - 1) * x.step_h + ekh), cols = to_d((woL1 - 1) * x.step_w + ekw);
+        D rows = to_d(mul(hoL1 - 1, x.step_h) + ekh), cols = to_d(mul(woL1 - 1, x.step_w) + ekw);
         if (x.dir == 1) {
             rows = ceil_pos(rows / double(sh));
             cols = ceil_pos(cols / double(sw));
@@ -71,18 +71,18 @@ AOE_INLINE Priced<L> conv_row_g(const SoC& s, const ConvCtx& x, const ConvRow<L>
         // GM: the patch (with halo) per tile instead of the img2col rows
         sc.a_gm = vmin(splat<D>(1.0), patch / (to_d(pix_l1) * to_d(vmin(kAL1, splat<I>(kal))) * ea_d));
         mm.uc = used;
-        mm.sM = ceil_div(splat<I>(n), bd) * ho_core * out_w;
+        mm.sM = mul(ceil_div(splat<I>(n), bd), ho_core, out_w);
         mm.sN = align_pow2(ceil_div(splat<I>(out_c), nd), 16);
         mm.sK = splat<I>(kal);
         mm.bM = align_pow2(pix_l0, 16);
         mm.bN = nL0;
         mm.bK = kL0;
-        mm.stM = ho_steps * wo_steps;
+        mm.stM = mul(ho_steps, wo_steps);
         mm.stN = splat<I>(1);
         mm.sKa = ka_steps;
         mm.sKb = fdiv(kBL1, kL0);
-        mm.dA = mm.stM * mm.sKa * al1;
-        mm.dB = mm.sKb * bl1;
+        mm.dA = mul(mm.stM, mm.sKa, al1);
+        mm.dB = mul(mm.sKb, bl1);
     } else {
         // dW[co_g, C1*C0*kh*kw] = dy^T[co_g, pixels] x img2col(x)[pixels, C1*C0*kh*kw]
         const int64_t nal = x.nal, pixels = x.pixels, c1 = x.c1, cin_g = x.cin_g;
@@ -90,9 +90,9 @@ AOE_INLINE Priced<L> conv_row_g(const SoC& s, const ConvCtx& x, const ConvRow<L>
         const I ho_core = ceil_div(splat<I>(ho), hd);
         AOE_RULE((hoL1 > ho_core) | (woL1 > wo), RS_EXCEEDS_SHAPE);
         const I ka_steps = fdiv(kAL1, kL0);
-        AOE_RULE(((kAL1 - ka_steps * kL0) | fmod_i(kBL1, splat<I>(khw * c0))) != 0, RS_INCONSISTENT);
-        const D rows = vmin(to_d((hoL1 - 1) * sh + ekh), splat<D>(double(h)));
-        const D cols = vmin(to_d((woL1 - 1) * sw + ekw), splat<D>(double(w)));
+        AOE_RULE(((kAL1 - mul(ka_steps, kL0)) | fmod_i(kBL1, splat<I>(khw * c0))) != 0, RS_INCONSISTENT);
+        const D rows = vmin(to_d(mul(hoL1 - 1, sh) + ekh), splat<D>(double(h)));
+        const D cols = vmin(to_d(mul(woL1 - 1, sw) + ekw), splat<D>(double(w)));
         const D ch_l1 = to_d(fdiv(kBL1, splat<I>(khw)));
         const D patch = rows * cols * vmin(ch_l1, splat<D>(double(align_up(cin_g, c0)))) * ea_d;
         const D tile_img2col = to_d(align_pow2(pix_l1, c0)) * to_d(kBL1) * ea_d;  // C0 is 8, 16 or 32
@@ -100,21 +100,21 @@ AOE_INLINE Priced<L> conv_row_g(const SoC& s, const ConvCtx& x, const ConvRow<L>
         sc.b_gm = vmin(splat<D>(1.0), patch / (to_d(pix_l1) * to_d(vmin(kBL1, splat<I>(nal))) * ea_d));
         mm.uc = used;
         mm.sM = splat<I>(align_up(x.co_g, int64_t(16)));
-        mm.sN = vmin(splat<I>(nal), ceil_div(splat<I>(c1), nd) * khw * c0);
-        mm.sK = vmin(splat<I>(align_up(pixels, c0)), ceil_div(splat<I>(n), bd) * ho_core * wo);
+        mm.sN = vmin(splat<I>(nal), mul(ceil_div(splat<I>(c1), nd), khw, c0));
+        mm.sK = vmin(splat<I>(align_up(pixels, c0)), mul(ceil_div(splat<I>(n), bd), ho_core, wo));
         mm.bM = kL0;
         mm.bN = nL0;
         mm.bK = align_pow2(pix_l0, c0);
-        const I pix_steps = ho_steps * wo_steps;
+        const I pix_steps = mul(ho_steps, wo_steps);
         mm.sKa = mm.sKb = pix_steps;
         mm.stM = ka_steps;
         mm.stN = ceil_div(kBL1, nL0);  // windows need not be a multiple of 16 (fp32: C0 = 8)
-        mm.dA = mm.stM * pix_steps * al1;
-        mm.dB = mm.stN * pix_steps * bl1;
+        mm.dA = mul(mm.stM, pix_steps, al1);
+        mm.dB = mul(mm.stN, pix_steps, bl1);
     }
     // Cores beyond the blocks the split produces stay idle (CANN clamps the split the same way).
-    const I tasks = g * ceil_div(splat<I>(x.p.M), mm.sM) * ceil_div(splat<I>(x.p.N), mm.sN) *
-                    ceil_div(splat<I>(x.p.K), mm.sK);
+    const I tasks = mul(g, ceil_div(splat<I>(x.p.M), mm.sM), ceil_div(splat<I>(x.p.N), mm.sN),
+                        ceil_div(splat<I>(x.p.K), mm.sK));
     mm.uc = vmin(mm.uc, tasks);
     mm.l2Mc = mm.l2Nc = mm.l2Mb = mm.l2Nb = splat<I>(1);
     mm.l2ord = splat<I>(0);

@@ -36,8 +36,14 @@ AOE_INLINE bool fail(typename L::I& reason, typename L::M cond, int code) {
         return cond;
     } else {
         using I = typename L::I;
-        reason = sel((reason == 0) & cond, splat<I>(code), reason);
-        return all(reason != 0);
+        if constexpr (L::W == 4) {  // AVX2: and/or and one vptest instead of a blend and a movemask
+            const I alive = reason == 0;
+            reason |= alive & cond & code;  // (a lane that failed before keeps its reason: it is not alive)
+            return none_left(alive, cond);  // every lane failed, now or before
+        } else {
+            reason = sel((reason == 0) & cond, splat<I>(code), reason);
+            return all(reason != 0);
+        }
     }
 }
 
@@ -133,19 +139,19 @@ AOE_INLINE Priced<L> cube_eval_g(const SoC& s, const CubeProblem& p, const CubeP
     } else {
         AOE_RULE((sKa != sKb) & (fmod_i(sKa, sKb) != 0) & (fmod_i(sKb, sKa) != 0), RS_INCONSISTENT);
     }
-    const Mk dbl1a = dA == 2 * stM * sKa, dbl1b = dB == 2 * stN * sKb;
-    AOE_RULE((mnot(dbl1a) & (dA != stM * sKa)) | (mnot(dbl1b) & (dB != stN * sKb)), RS_INCONSISTENT);
-    AOE_RULE(bM * bK * ea * (1 + dbA) > s.l0a, RS_L0A);
-    AOE_RULE(bN * bK * ea * (1 + dbB) > s.l0b, RS_L0B);
-    AOE_RULE(bM * bN * 4 * (1 + dbC) > s.l0c, RS_L0C);
+    const Mk dbl1a = dA == mul(2 * stM, sKa), dbl1b = dB == mul(2 * stN, sKb);
+    AOE_RULE((mnot(dbl1a) & (dA != mul(stM, sKa))) | (mnot(dbl1b) & (dB != mul(stN, sKb))), RS_INCONSISTENT);
+    AOE_RULE(mul(bM, bK, ea, 1 + dbA) > s.l0a, RS_L0A);
+    AOE_RULE(mul(bN, bK, ea, 1 + dbB) > s.l0b, RS_L0B);
+    AOE_RULE(mul(mul(bM, bN) * 4, 1 + dbC) > s.l0c, RS_L0C);
     {
         const D l1_bias = p.bias ? to_d(stN * bN * 4) : zero;
-        AOE_RULE(fma(to_d(dA * bM * bK * ea), sc.a_l1, to_d(dB * bN * bK * ea) * sc.b_l1) + l1_bias > double(s.l1),
+        AOE_RULE(fma(to_d(mul(dA, bM, bK, ea)), sc.a_l1, to_d(mul(dB, bN, bK, ea)) * sc.b_l1) + l1_bias > double(s.l1),
                  RS_L1);
     }
     const I mB = ceil_div(M, sM), nB = ceil_div(N, sN), kB = ceil_div(K, sK);
-    const I per_batch = mB * nB * kB;
-    const I tasks = batch * per_batch;
+    const I per_batch = mul(mB, nB, kB);
+    const I tasks = mul(batch, per_batch);
     AOE_RULE(uc > tasks, RS_INCONSISTENT);  // idle cores: usedCoreNum must not exceed blocks
     const Mk l2on = l2en != 0;
     if (any(l2on)) {
@@ -207,8 +213,8 @@ AOE_INLINE Priced<L> cube_eval_g(const SoC& s, const CubeProblem& p, const CubeP
     const D cpb_rd = fma(fh, cpb_h, (1.0 - fh) * cpb_l2);
 
     // DMA burst lengths: NZ chunks are long runs, ND rows are short strided bursts through ND2NZ.
-    const D rowsA = to_d(vmin(stM * bM, tM)), kA = to_d(vmin(sKa * bK, tK));
-    const D colsB = to_d(vmin(stN * bN, tN)), kBl = to_d(vmin(sKb * bK, tK));
+    const D rowsA = to_d(vmin(mul(stM, bM), tM)), kA = to_d(vmin(mul(sKa, bK), tK));
+    const D colsB = to_d(vmin(mul(stN, bN), tN)), kBl = to_d(vmin(mul(sKb, bK), tK));
     const double Md = double(p.M), Nd = double(p.N), Kd = double(p.K);
     D runA, runB;
     if (p.a_nz) runA = sel(rowsA >= Md, rowsA * kA * ea_d, rowsA * 32.0);
@@ -230,7 +236,7 @@ AOE_INLINE Priced<L> cube_eval_g(const SoC& s, const CubeProblem& p, const CubeP
     const D l0b = to_d(aN) * to_d(aK) * ea_d * sel((kIter == 1) & (ord == 0), one, to_d(mIter));
     t.mte1_a = l0a * c.inv_l0a;
     t.mte1_b = l0b * c.inv_l0b;
-    const D n_blocks = to_d(mIter * nIter * kIter);
+    const D n_blocks = to_d(mul(mIter, nIter, kIter));
     t.cube = fma(to_d(aM >> 4) * to_d(aN >> 4) * to_d(aK >> c.k0_log2), splat<D>(p.cube_scale),
                  s.mmad_overhead_cycles * n_blocks);
     // an NZ output is written in whole fractals, padding included (as the compulsory bytes count it)
@@ -249,7 +255,7 @@ AOE_INLINE Priced<L> cube_eval_g(const SoC& s, const CubeProblem& p, const CubeP
     t.db_l1a = dbl1a; t.db_l1b = dbl1b; t.db_l0a = dbA != 0; t.db_l0b = dbB != 0; t.db_l0c = dbC != 0;
     t.n_chunks = vmax(one, chunks);
     t.n_blocks = n_blocks;
-    t.n_out = to_d(mIter * nIter);
+    t.n_out = to_d(mul(mIter, nIter));
     D fill;
     const D task = task_cycles<L>(t, &fill);
 

@@ -1,4 +1,4 @@
-// The Cube kernels for x86-64-v3 (AVX2, FMA), one row at a time: CMakeLists.txt builds this file with
+// The Cube kernels for x86-64-v3 (AVX2, FMA), 4 rows per step: CMakeLists.txt builds this file with
 // -march=x86-64-v3 (GCC on x86-64); otherwise it provides nothing.
 #include "cube.h"
 

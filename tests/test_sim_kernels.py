@@ -1,7 +1,7 @@
 """The Cube kernel sets agree bit for bit: SIMD batch loop, one-row full result, every instruction set.
 
 The native module builds the matmul/conv model once per instruction set ("base", "x86-64-v3",
-"x86-64-v4": 8 rows per AVX-512 step) and picks the widest the CPU runs. Every set the CPU runs is held
+"x86-64-v4": 8 rows per AVX-512 step, "x86-64-v3": 4 per AVX2 step) and picks the widest the CPU runs. Every set the CPU runs is held
 here to the same times and reasons, over valid rows of the search space, perturbed rows (each rejection
 rule, mixed reasons within one SIMD step, overflowing fields) and row counts that leave a scalar tail.
 "base" on x86-64 has no fused multiply-add, so its times may differ in the last bits only.
@@ -89,7 +89,32 @@ def test_every_kernel_set_gives_the_same_bits(soc_name, op):
 
 def test_the_widest_set_the_cpu_runs_is_the_one_in_use():
     assert _sim.CUBE_KERNELS == RUNNABLE[-1]
-    assert _sim.CUBE_LANES == (8 if _sim.CUBE_KERNELS == "x86-64-v4" else 1)
+    assert _sim.CUBE_LANES == {"x86-64-v4": 8, "x86-64-v3": 4}.get(_sim.CUBE_KERNELS, 1)
     with pytest.raises(ValueError):
         _sim._times_with("no-such-set", load_soc("Ascend910B2").native, _sim.K_MATMUL,
                          sim.MatMul(m=16, n=16, k=16).params(), np.ones((1, 23), np.int64))
+
+
+@pytest.mark.parametrize("soc_name,op", CASES[:2] + CASES[5:7], ids=lambda x: getattr(x, "name", str(x))[:20])
+def test_huge_fields_take_the_exact_path_of_every_set(soc_name, op):
+    # The AVX2 set converts through the mantissa only below 2^51 and divides without fdiv's correction
+    # steps only for small operands; fields near and beyond those limits (and products that wrap) must
+    # still give the one-row bits.
+    soc = load_soc(soc_name)
+    rng = np.random.default_rng(11)
+    rows = _rows(soc, op, 1000)
+    huge = np.array([1 << 50, (1 << 51) - 1, 1 << 51, (1 << 51) + 1, 1 << 52, (1 << 53) + 1, 1 << 62, -(1 << 62),
+                     (1 << 63) - 1, -(1 << 63)], np.int64)
+    for row in rows[::2]:
+        row[rng.integers(0, rows.shape[1])] = rng.choice(huge)
+    ref_t, ref_r = _sim._times_with(RUNNABLE[-1], soc.native, op.kind, op.params(), rows, True)  # one row
+    assert 0 < np.mean(ref_r == 0) < 0.9
+    for isa in RUNNABLE:
+        for full in (False, True):
+            t, r = _sim._times_with(isa, soc.native, op.kind, op.params(), rows, full)
+            assert np.array_equal(r, ref_r), (isa, full)
+            if isa == "base" and RUNNABLE[-1] != "base":  # no fused multiply-add (see the top)
+                ok = r == 0
+                np.testing.assert_allclose(t[ok], ref_t[ok], rtol=1e-14)
+            else:
+                assert np.array_equal(t, ref_t), (isa, full)
