@@ -113,7 +113,7 @@ def main() -> None:
     for soc in socs:
         before[soc], after[soc], impls[soc], kinds[soc] = [], [], [], []
         for case in cases:
-            r = tune_case(case, soc, budget=Budget(evaluations=args.budget))
+            r = tune_case(case, load_soc(soc), budget=Budget(evaluations=args.budget))
             before[soc].append(r.before_us)
             after[soc].append(r.after_us)
             impls[soc].append(r.impl)

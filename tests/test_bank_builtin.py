@@ -118,7 +118,7 @@ def test_repeat_tune_improves_builtin_strategies_into_the_custom_bank(tmp_path, 
     g = small_opat_graph()
     recs = []
     for case in _cases(g):
-        weak = tune_case(case, soc, kinds=("Schedule",), budget=Budget(evaluations=5))
+        weak = tune_case(case, load_soc(soc), kinds=("Schedule",), budget=Budget(evaluations=5))
         p = make_pending(case.op_type, case.key, weak.knowledge, weak.after_us, weak.before_us,
                          {"origin": "gen_builtin_bank.py", "budget": 5})
         recs.append({"op": p.op_type, "info_dict": p.info_dict, "knowledge": p.knowledge, "aoe": p.aoe})
