@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import importlib.abc
 import os
+import signal
 import sys
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 _LOCK = threading.Lock()
 _CLAIMED = False
@@ -29,12 +30,23 @@ _INSTALLED: list[Any] = []
 
 
 def claim() -> bool:
-    """True once per process: for the first training step captured (it is tuned), False afterwards."""
+    """True once per `aoe run`: for the first training step captured in any of its processes (it is tuned),
+    False afterwards and in every other process (a fork, a spawned trainer: the device is the job's)."""
     global _CLAIMED
     with _LOCK:
         if _CLAIMED:
             return False
         _CLAIMED = True
+        path = os.environ.get("AOE_RUN_CLAIM")     # set by `aoe run` (aoe.launch.cli.CLAIM_ENV)
+        if path:
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            except FileExistsError:
+                return False                        # another process of this run tunes its step
+            except OSError:
+                return True                         # the claim cannot be recorded: this process decides alone
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
         return True
 
 
@@ -58,14 +70,34 @@ def tune(graph: Any, settings: Any) -> Any:
         res = session.tune_graph(graph, settings)
     except AoeError as exc:
         print(f"aoe: error: {safe_text(exc, keep_newlines=True)}", file=sys.stderr, flush=True)
-        raise SystemExit(2) from None
+        _exit(2)
     finally:
         _LOCAL.busy = False
     for line in res.summary_lines(5):
         print(line, flush=True)
     if res.signal is not None:
-        raise KeyboardInterrupt
+        # the job held the signal back to write its result file: now it acts as it would have (SIGTERM
+        # ends the process, exit 143; SIGINT raises KeyboardInterrupt; the script's own handler runs)
+        print(f"aoe: tuning interrupted by {signal.Signals(res.signal).name}; the result file says "
+              f"\"tuning incomplete\"", file=sys.stderr, flush=True)
+        if threading.current_thread() is threading.main_thread():
+            signal.raise_signal(res.signal)
+        else:
+            raise KeyboardInterrupt
     return res
+
+
+def _exit(code: int) -> NoReturn:
+    """End the script with `code`: SystemExit in the main thread; in another thread (where SystemExit
+    would end only that thread, and the script would go on to exit 0) the process itself."""
+    if threading.current_thread() is threading.main_thread():
+        raise SystemExit(code)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(code)
 
 
 def _env_settings() -> Any:
