@@ -55,7 +55,7 @@ def child_env(args: argparse.Namespace, env: dict[str, str]) -> dict[str, str]:
 
 def main(argv: list[str]) -> int:
     """`aoe run`: run the command after `--` with the hooks; return its exit code."""
-    if argv and not argv[0].startswith("-"):
+    if not argv or not argv[0].startswith("-"):
         opts, command = [], list(argv)     # no options: all of it is the command, its own `--` included
     elif "--" in argv:
         i = argv.index("--")
