@@ -166,3 +166,39 @@ def test_sigterm_while_tuning_ends_the_script_as_sigterm_does(tmp_path: Path, jo
     assert "tuning incomplete" in json.dumps(json.loads(result.read_text()))
     with DeviceLock(0, tmp_path / "locks"):     # free: a busy device raises DeviceBusy at once
         pass
+
+
+KERAS_FIT = """\
+import numpy as np, keras
+model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(4)])
+model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+model.fit(np.random.rand(32, 16).astype("float32"), np.random.randint(0, 4, 32), batch_size=16, epochs=1, verbose=0)
+print("END")
+"""
+
+V1_BAD_MODE = """\
+import tensorflow as tf
+config = tf.compat.v1.ConfigProto()
+custom_op = config.graph_options.rewrite_options.custom_optimizers.add()
+custom_op.name = "NpuOptimizer"
+custom_op.parameter_map["aoe_mode"].s = tf.compat.as_bytes("7")
+with tf.compat.v1.Session(config=config) as sess:
+    print("END")
+"""
+
+
+@pytest.mark.extra("tensorflow")
+def test_tensorflow_routes_end_a_tuning_error_with_2_not_a_traceback(tmp_path: Path, job_env: dict[str, str]) -> None:
+    """A Keras fit whose device is busy, a v1 session config with a bad aoe_mode: `aoe: error`, exit 2
+    (they were an AoeError traceback and exit 1)."""
+    (tmp_path / "fit.py").write_text(KERAS_FIT)
+    (tmp_path / "v1.py").write_text(V1_BAD_MODE)
+    with DeviceLock(0, tmp_path / "locks"):
+        fit = subprocess.run([*AOE_RUN, "--", sys.executable, "fit.py"], cwd=tmp_path,
+                             env=_env(job_env, AOE_MODE="2"), capture_output=True, text=True, timeout=600)
+    assert fit.returncode == 2 and "aoe: error: device 0 is in use" in fit.stderr, fit.stdout + fit.stderr[-3000:]
+    v1 = subprocess.run([*AOE_RUN, "--", sys.executable, "v1.py"], cwd=tmp_path, env=_env(job_env),
+                        capture_output=True, text=True, timeout=600)
+    assert v1.returncode == 2 and "aoe: error: aoe_mode='7' is not valid" in v1.stderr, v1.stdout + v1.stderr[-3000:]
+    for p in (fit, v1):
+        assert "Traceback" not in p.stderr and "END" not in p.stdout

@@ -193,16 +193,42 @@ def _patch_keras(keras: Any) -> None:
 
     def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not claimed() and not _busy() and claim():
-            from ..tf import TuneCallback
-
             bound = sig.bind(self, *args, **kwargs)
-            bound.arguments["callbacks"] = list(bound.arguments.get("callbacks") or []) + [TuneCallback()]
+            bound.arguments["callbacks"] = list(bound.arguments.get("callbacks") or []) + [_fit_callback()]
             return original(*bound.args, **bound.kwargs)
         return original(self, *args, **kwargs)
 
     fit.__wrapped__ = original  # type: ignore[attr-defined]
     fit.__doc__ = original.__doc__
     model_cls.fit = fit
+
+
+def _fit_callback() -> Any:
+    """`aoe.tf.TuneCallback` as `aoe run` adds it: a step it cannot capture is not tuned (a warning, training
+    goes on); a tuning error ends the script with exit code 2 and a signal acts after the result file."""
+    from ..errors import AoeError
+    from ..safetext import safe_text
+    from ..tf import TuneCallback
+
+    class RunTuneCallback(TuneCallback):  # type: ignore[misc, valid-type]
+        def _tune(self, model: Any, batch: Any) -> None:
+            def capture() -> Any:
+                _LOCAL.busy = True
+                try:
+                    return self._capture(model, batch)
+                finally:
+                    _LOCAL.busy = False
+
+            graph = _guarded(f"the fit step of {getattr(model, 'name', None) or type(model).__name__}", capture)
+            if graph is not None:
+                self.graph = graph
+                self.result = tune(graph, self.settings)
+
+    try:
+        return RunTuneCallback()
+    except AoeError as exc:      # a bad setting in the environment (aoe run checked it before the start)
+        print(f"aoe: error: {safe_text(exc, keep_newlines=True)}", file=sys.stderr, flush=True)
+        _exit(2)
 
 
 # ---- TensorFlow ---------------------------------------------------------------------------------
