@@ -9,7 +9,7 @@ Post-import hooks (a finder on `sys.meta_path` that lets the real loader run, th
 | `tensorflow` | `tf.compat.v1.Session` | the first `run` that trains (fetches an optimizer update); the session `config`'s `NpuOptimizer` `parameter_map` (`aoe_mode`, `work_path`, `aoe_config_file`) wins over the environment |
 | `torch` | global module-call and optimizer-step hooks | the first `optimizer.step()`: the model of the last outer module call, its inputs, and a loss module called on its output |
 
-Only the first training step of the process is captured and tuned (by the job, as `aoe -m`: banks,
+Only the first training step of the run (of any of its processes) is captured and tuned (by the job, as `aoe -m`: banks,
 counters, result file, device lock); the step then runs as it would have, and so does every later one.
 Without a tuning mode (no AOE_MODE, no `aoe_mode` in a session config) nothing is patched but the v1
 Session (which only reads its config). A tuning error stops the script with exit code 2, as `aoe` does.
