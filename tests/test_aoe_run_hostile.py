@@ -202,3 +202,21 @@ def test_tensorflow_routes_end_a_tuning_error_with_2_not_a_traceback(tmp_path: P
     assert v1.returncode == 2 and "aoe: error: aoe_mode='7' is not valid" in v1.stderr, v1.stdout + v1.stderr[-3000:]
     for p in (fit, v1):
         assert "Traceback" not in p.stderr and "END" not in p.stdout
+
+
+@pytest.mark.extra("torch")
+def test_a_torch_compiled_model_is_tuned(tmp_path: Path, job_env: dict[str, str]) -> None:
+    """`torch.compile(model)` (PyTorch 2's usual loop): the hook saw only the OptimizedModule wrapper, which
+    FX cannot trace, and left the step untuned; it captures the module the wrapper runs."""
+    code = TORCH_STEP.replace("opt = ", "cmodel = torch.compile(model, backend='eager')\nopt = ").replace(
+        "lossf(model(", "lossf(cmodel(") + "train('compiled')\n"
+    (tmp_path / "train.py").write_text(code)
+    plain = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=_env(job_env), capture_output=True,
+                           text=True, timeout=600)
+    p = subprocess.run([*AOE_RUN, "--work_path", ".", "--", sys.executable, "train.py"], cwd=tmp_path,
+                       env=_env(job_env, AOE_MODE="2"), capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0 and "not tuned" not in p.stderr, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "OPAT tuning successful" in p.stdout
+    assert [ln for ln in p.stdout.splitlines() if ln.startswith("LOSS")] == plain.stdout.splitlines()
+    (result,) = tmp_path.glob("aoe_result_opat_*.json")
+    assert "tuning successful" in result.read_text()

@@ -90,7 +90,7 @@ class _Watch:
                         return _m(out, *t)
                     targets = tuple(largs[1:])
                     break
-            return module, tuple(args), loss_fn, targets
+            return _plain(module), tuple(args), loss_fn, targets
         return None
 
     def _tune(self, model: Any, inputs: tuple, loss_fn: Any, targets: tuple, optimizer: Any) -> None:
@@ -105,6 +105,13 @@ class _Watch:
         finally:
             hooks._LOCAL.busy = False
         hooks.tune(graph, settings)
+
+
+def _plain(module: Any) -> Any:
+    """The module a ``torch.compile`` wrapper (``OptimizedModule``, same parameters) runs: the capture
+    traces that one like any model (FX cannot trace the wrapper)."""
+    orig = getattr(module, "_orig_mod", None)
+    return orig if orig is not None and type(module).__name__ == "OptimizedModule" else module
 
 
 def install(torch: Any) -> None:
