@@ -220,3 +220,34 @@ def test_a_torch_compiled_model_is_tuned(tmp_path: Path, job_env: dict[str, str]
     assert [ln for ln in p.stdout.splitlines() if ln.startswith("LOSS")] == plain.stdout.splitlines()
     (result,) = tmp_path.glob("aoe_result_opat_*.json")
     assert "tuning successful" in result.read_text()
+
+
+@pytest.mark.extra("torch")
+def test_a_model_called_with_keyword_arguments_is_tuned(tmp_path: Path, job_env: dict[str, str]) -> None:
+    """`model(x, labels=y)` returning a dict with its loss (the Hugging Face convention): the hook kept
+    only the positional inputs, the capture called the model without labels and the step went untuned."""
+    code = """\
+import torch
+torch.manual_seed(0)
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(16, 4)
+    def forward(self, x, labels=None, reduction="mean"):
+        logits = self.a(x)
+        return {"logits": logits, "loss": torch.nn.functional.cross_entropy(logits, labels, reduction=reduction)}
+m = Net()
+opt = torch.optim.AdamW(m.parameters())
+for _ in range(2):
+    out = m(torch.rand(8, 16), labels=torch.randint(0, 4, (8,)), reduction="mean")
+    opt.zero_grad(); out["loss"].backward(); opt.step()
+print("LOSS", out["loss"].item())
+"""
+    (tmp_path / "train.py").write_text(code)
+    plain = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=_env(job_env), capture_output=True,
+                           text=True, timeout=600)
+    p = subprocess.run([*AOE_RUN, "--work_path", ".", "--", sys.executable, "train.py"], cwd=tmp_path,
+                       env=_env(job_env, AOE_MODE="2"), capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0 and "not tuned" not in p.stderr, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "OPAT tuning successful" in p.stdout and "NLLLoss" in p.stdout    # the model's own loss captured
+    assert [ln for ln in p.stdout.splitlines() if ln.startswith("LOSS")] == plain.stdout.splitlines()
