@@ -165,3 +165,33 @@ def test_without_an_adaptable_launcher_the_cases_are_tuned_in_process_with_one_w
         r = aoe.tune(g, bank=env / "bank", work_path=env, options=aoe.TuneOptions(workers=2, budget=100))
     assert len(caught) == 1 and r.status == "tuning successful"
     assert r.section["repo_summary"]["total_num"] == 2
+
+
+# The caller's own multiprocessing around aoe's workers: spawn children still get its main module, and
+# its forkserver preload list (one fork server per process, shared with aoe's) is kept.
+OWN_POOLS = """\
+import multiprocessing as mp, sys, aoe
+def probe(x):
+    return x * x, "xml.dom.minidom" in sys.modules, getattr(sys.modules["__main__"], "__file__", None)
+if __name__ == "__main__":
+    mp.set_forkserver_preload(["xml.dom.minidom"])
+    r = aoe.tune("zoo:mobilenet_v2", bank="bank", work_path="work", options=aoe.TuneOptions(budget=20, workers=2))
+    print("STATUS", r.status)
+    with mp.get_context("spawn").Pool(2) as p:
+        print("SPAWN", p.map(probe, range(2)))
+    with mp.get_context("forkserver").Pool(2) as p:
+        print("FORKSERVER", p.map(probe, range(2)))
+"""
+
+
+@two_cpus
+def test_the_callers_own_pools_keep_their_main_and_preload(tmp_path: Path, job_env: dict[str, str]) -> None:
+    (tmp_path / "aoe.ini").write_text("inline_cpu_s = 0\n")
+    (tmp_path / "work").mkdir()
+    (tmp_path / "train.py").write_text(OWN_POOLS)
+    p = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=job_env, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0 and "STATUS tuning successful" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
+    main = str(tmp_path / "train.py")
+    assert f"SPAWN [(0, False, {main!r}), (1, False, {main!r})]" in p.stdout, p.stdout[-1000:]
+    assert f"FORKSERVER [(0, True, {main!r}), (1, True, {main!r})]" in p.stdout, p.stdout[-1000:]

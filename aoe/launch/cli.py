@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from ..errors import AoeError
 
 BOOT = Path(__file__).resolve().parent / "boot"
+CLAIM_ENV = "AOE_RUN_CLAIM"   # the file whose creation claims the run's one tuned step (aoe.launch.hooks.claim)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -52,34 +55,63 @@ def child_env(args: argparse.Namespace, env: dict[str, str]) -> dict[str, str]:
 
 def main(argv: list[str]) -> int:
     """`aoe run`: run the command after `--` with the hooks; return its exit code."""
-    if "--" in argv:
+    if not argv or not argv[0].startswith("-"):
+        opts, command = [], list(argv)     # no options: all of it is the command, its own `--` included
+    elif "--" in argv:
         i = argv.index("--")
         opts, command = argv[:i], argv[i + 1:]
+    elif argv[0] in ("-h", "--help"):
+        opts, command = argv[:1], []
     else:
-        opts, command = [], list(argv)
-        if command and command[0] in ("-h", "--help"):
-            opts, command = command[:1], []
-        elif command and command[0].startswith("-"):
-            raise AoeError("put the command after `--`: aoe run [options] -- python train.py ARGS")
+        raise AoeError("put the command after `--`: aoe run [options] -- python train.py ARGS")
     args = parser().parse_args(opts)
     if not command:
         raise AoeError("no command to run: aoe run [options] -- python train.py ARGS")
     env = child_env(args, dict(os.environ))
     if env.get("AOE_MODE", "").strip():
-        from ..job import config as jcfg
+        from ..tf import session
 
-        jcfg.parse_mode(env["AOE_MODE"], "AOE_MODE")  # a bad mode is an error before the script starts
+        session.resolve(env=env)  # a bad mode or setting (an unusable work path ...): an error before the start
+    claim_dir = tempfile.mkdtemp(prefix="aoe-run-")
+    env[CLAIM_ENV] = os.path.join(claim_dir, "claimed")   # the one process of the run that tunes a step
     try:
-        child = subprocess.Popen(command, env=env)
-    except OSError as exc:
-        raise AoeError(f"cannot run {command[0]!r}: {exc.strerror or exc}") from None
-    # the child gets ^C from the terminal itself (same process group; its job then stops between cases
-    # and writes its result file): aoe waits for it; a SIGTERM sent to aoe alone is passed on
-    prev = {signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN),
-            signal.SIGTERM: signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))}
-    try:
-        rc = child.wait()
+        try:
+            child = subprocess.Popen(command, env=env)
+        except OSError as exc:
+            raise AoeError(f"cannot run {command[0]!r}: {exc.strerror or exc}") from None
+        rc = _wait(child)
     finally:
+        shutil.rmtree(claim_dir, ignore_errors=True)
+    return 128 - rc if rc < 0 else rc
+
+
+# signals passed on to the child when a process sent them to `aoe run` (kill, a supervisor, a CI runner):
+# without that the child would train on, or be left behind when `aoe run` dies
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+def _wait(child: subprocess.Popen) -> int:
+    """Wait for the child; pass on each signal a process sent to `aoe run`, not a terminal's ^C or ^\\
+    (the terminal sends those to the child as well: passed on, it would get them twice)."""
+    if not hasattr(signal, "sigtimedwait"):   # no siginfo (macOS): SIGTERM passed on, ^C reaches the child
+        prev = {signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN),
+                signal.SIGTERM: signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))}
+        try:
+            return child.wait()
+        finally:
+            for s, h in prev.items():
+                signal.signal(s, h)
+    watched = {*FORWARDED, signal.SIGCHLD}
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
+    try:
+        while (rc := child.poll()) is None:
+            info = signal.sigtimedwait(watched, 1.0)
+            # si_code <= 0: sent by a process (SI_USER, SI_QUEUE, SI_TKILL); > 0: by the kernel (a terminal)
+            if info is not None and info.si_signo != signal.SIGCHLD and info.si_code <= 0:
+                child.send_signal(info.si_signo)
+        return rc
+    finally:
+        prev = {s: signal.signal(s, signal.SIG_IGN) for s in FORWARDED}   # what is still pending is dropped
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
         for s, h in prev.items():
             signal.signal(s, h)
-    return 128 - rc if rc < 0 else rc

@@ -9,7 +9,7 @@ Post-import hooks (a finder on `sys.meta_path` that lets the real loader run, th
 | `tensorflow` | `tf.compat.v1.Session` | the first `run` that trains (fetches an optimizer update); the session `config`'s `NpuOptimizer` `parameter_map` (`aoe_mode`, `work_path`, `aoe_config_file`) wins over the environment |
 | `torch` | global module-call and optimizer-step hooks | the first `optimizer.step()`: the model of the last outer module call, its inputs, and a loss module called on its output |
 
-Only the first training step of the process is captured and tuned (by the job, as `aoe -m`: banks,
+Only the first training step of the run (of any of its processes) is captured and tuned (by the job, as `aoe -m`: banks,
 counters, result file, device lock); the step then runs as it would have, and so does every later one.
 Without a tuning mode (no AOE_MODE, no `aoe_mode` in a session config) nothing is patched but the v1
 Session (which only reads its config). A tuning error stops the script with exit code 2, as `aoe` does.
@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import importlib.abc
 import os
+import signal
 import sys
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 _LOCK = threading.Lock()
 _CLAIMED = False
@@ -29,12 +30,23 @@ _INSTALLED: list[Any] = []
 
 
 def claim() -> bool:
-    """True once per process: for the first training step captured (it is tuned), False afterwards."""
+    """True once per `aoe run`: for the first training step captured in any of its processes (it is tuned),
+    False afterwards and in every other process (a fork, a spawned trainer: the device is the job's)."""
     global _CLAIMED
     with _LOCK:
         if _CLAIMED:
             return False
         _CLAIMED = True
+        path = os.environ.get("AOE_RUN_CLAIM")     # set by `aoe run` (aoe.launch.cli.CLAIM_ENV)
+        if path:
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            except FileExistsError:
+                return False                        # another process of this run tunes its step
+            except OSError:
+                return True                         # the claim cannot be recorded: this process decides alone
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
         return True
 
 
@@ -58,14 +70,34 @@ def tune(graph: Any, settings: Any) -> Any:
         res = session.tune_graph(graph, settings)
     except AoeError as exc:
         print(f"aoe: error: {safe_text(exc, keep_newlines=True)}", file=sys.stderr, flush=True)
-        raise SystemExit(2) from None
+        _exit(2)
     finally:
         _LOCAL.busy = False
     for line in res.summary_lines(5):
         print(line, flush=True)
     if res.signal is not None:
-        raise KeyboardInterrupt
+        # the job held the signal back to write its result file: now it acts as it would have (SIGTERM
+        # ends the process, exit 143; SIGINT raises KeyboardInterrupt; the script's own handler runs)
+        print(f"aoe: tuning interrupted by {signal.Signals(res.signal).name}; the result file says "
+              f"\"tuning incomplete\"", file=sys.stderr, flush=True)
+        if threading.current_thread() is threading.main_thread():
+            signal.raise_signal(res.signal)
+        else:
+            raise KeyboardInterrupt
     return res
+
+
+def _exit(code: int) -> NoReturn:
+    """End the script with `code`: SystemExit in the main thread; in another thread (where SystemExit
+    would end only that thread, and the script would go on to exit 0) the process itself."""
+    if threading.current_thread() is threading.main_thread():
+        raise SystemExit(code)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(code)
 
 
 def _env_settings() -> Any:
@@ -161,16 +193,42 @@ def _patch_keras(keras: Any) -> None:
 
     def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not claimed() and not _busy() and claim():
-            from ..tf import TuneCallback
-
             bound = sig.bind(self, *args, **kwargs)
-            bound.arguments["callbacks"] = list(bound.arguments.get("callbacks") or []) + [TuneCallback()]
+            bound.arguments["callbacks"] = list(bound.arguments.get("callbacks") or []) + [_fit_callback()]
             return original(*bound.args, **bound.kwargs)
         return original(self, *args, **kwargs)
 
     fit.__wrapped__ = original  # type: ignore[attr-defined]
     fit.__doc__ = original.__doc__
     model_cls.fit = fit
+
+
+def _fit_callback() -> Any:
+    """`aoe.tf.TuneCallback` as `aoe run` adds it: a step it cannot capture is not tuned (a warning, training
+    goes on); a tuning error ends the script with exit code 2 and a signal acts after the result file."""
+    from ..errors import AoeError
+    from ..safetext import safe_text
+    from ..tf import TuneCallback
+
+    class RunTuneCallback(TuneCallback):  # type: ignore[misc, valid-type]
+        def _tune(self, model: Any, batch: Any) -> None:
+            def capture() -> Any:
+                _LOCAL.busy = True
+                try:
+                    return self._capture(model, batch)
+                finally:
+                    _LOCAL.busy = False
+
+            graph = _guarded(f"the fit step of {getattr(model, 'name', None) or type(model).__name__}", capture)
+            if graph is not None:
+                self.graph = graph
+                self.result = tune(graph, self.settings)
+
+    try:
+        return RunTuneCallback()
+    except AoeError as exc:      # a bad setting in the environment (aoe run checked it before the start)
+        print(f"aoe: error: {safe_text(exc, keep_newlines=True)}", file=sys.stderr, flush=True)
+        _exit(2)
 
 
 # ---- TensorFlow ---------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ then let the call run unchanged.
 """
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 from typing import Any
@@ -69,11 +70,18 @@ def patch_session(tf_session: Any) -> None:
     init, run = session_cls.__init__, base.run
 
     def __init__(self: Any, target: str = "", graph: Any = None, config: Any = None) -> None:
+        from ..errors import AoeError
+        from ..safetext import safe_text
         from ..tf import session as aoe_session
 
-        # read (and validated) before the session starts: a bad aoe_mode stops the script here
-        self._aoe_settings = aoe_session.from_session_config(config)
+        # read and validated as the session starts: a bad aoe_mode stops the script here, as aoe does
         init(self, target, graph, config)
+        try:
+            self._aoe_settings = aoe_session.from_session_config(config)
+        except AoeError as exc:
+            self.close()
+            print(f"aoe: error: {safe_text(exc, keep_newlines=True)}", file=sys.stderr, flush=True)
+            hooks._exit(2)
 
     def run_(self: Any, fetches: Any, feed_dict: Any = None, options: Any = None, run_metadata: Any = None) -> Any:
         if not hooks.claimed() and not hooks._busy():

@@ -26,7 +26,7 @@ class _Watch:
     def __init__(self, torch: Any) -> None:
         self.torch = torch
         self.depth = threading.local()
-        self.calls: list[tuple[Any, tuple, Any]] = []   # (module, args, output) of outer calls
+        self.calls: list[tuple[Any, tuple, Any, dict]] = []   # (module, args, output, kwargs) of outer calls
         self.handles: list[Any] = []
         self.misses = 0
 
@@ -35,7 +35,7 @@ class _Watch:
         from torch.optim import optimizer as optim
 
         self.handles = [nn_module.register_module_forward_pre_hook(self.pre),
-                        nn_module.register_module_forward_hook(self.post, always_call=True),
+                        nn_module.register_module_forward_hook(self.post, with_kwargs=True, always_call=True),
                         optim.register_optimizer_step_pre_hook(self.step)]
 
     def remove(self) -> None:
@@ -47,13 +47,13 @@ class _Watch:
     def pre(self, module: Any, args: tuple) -> None:
         self.depth.n = getattr(self.depth, "n", 0) + 1
         if self.depth.n == 1 and not hooks._busy():
-            self.calls.append((module, args, None))
+            self.calls.append((module, args, None, {}))
             del self.calls[:-_KEEP]
 
-    def post(self, module: Any, args: tuple, output: Any) -> None:
+    def post(self, module: Any, args: tuple, kwargs: dict, output: Any) -> None:
         self.depth.n = max(0, getattr(self.depth, "n", 1) - 1)
         if self.depth.n == 0 and self.calls and self.calls[-1][0] is module and self.calls[-1][2] is None:
-            self.calls[-1] = (module, args, output)
+            self.calls[-1] = (module, args, output, dict(kwargs or {}))
 
     def step(self, optimizer: Any, args: tuple, kwargs: dict) -> None:
         if hooks._busy():
@@ -80,17 +80,18 @@ class _Watch:
         """The last outer call of a module the optimizer trains, and the loss module called on its output."""
         params = {id(p) for g in optimizer.param_groups for p in g["params"]}
         for i in range(len(self.calls) - 1, -1, -1):
-            module, args, output = self.calls[i]
+            module, args, output, kwargs = self.calls[i]
             if output is None or not any(id(p) in params for p in module.parameters()):
                 continue
             loss_fn, targets = None, ()
-            for lmod, largs, _ in self.calls[i + 1:]:
+            for lmod, largs, _, _ in self.calls[i + 1:]:
                 if largs and largs[0] is output and not any(True for _ in lmod.parameters()):
                     def loss_fn(out: Any, *t: Any, _m: Any = lmod) -> Any:
                         return _m(out, *t)
                     targets = tuple(largs[1:])
                     break
-            return module, tuple(args), loss_fn, targets
+            model, inputs = _with_kwargs(_plain(module), tuple(args), kwargs)
+            return model, inputs, loss_fn, targets
         return None
 
     def _tune(self, model: Any, inputs: tuple, loss_fn: Any, targets: tuple, optimizer: Any) -> None:
@@ -105,6 +106,37 @@ class _Watch:
         finally:
             hooks._LOCAL.busy = False
         hooks.tune(graph, settings)
+
+
+def _with_kwargs(model: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple]:
+    """`model` called with keyword arguments too (``model(x, labels=y)``): a module taking them positionally
+    after `args` (tensors as inputs of the capture, other values as they were), and those inputs."""
+    if not kwargs:
+        return model, args
+    import torch
+
+    names = [k for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
+    fixed = {k: v for k, v in kwargs.items() if k not in names}
+    n = len(args)
+
+    class KeywordCall(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, *a: Any) -> Any:
+            return self.model(*a[:n], **fixed, **dict(zip(names, a[n:])))
+
+    wrapper = KeywordCall()
+    wrapper.__class__.__name__ = type(model).__name__
+    return wrapper, args + tuple(kwargs[k] for k in names)
+
+
+def _plain(module: Any) -> Any:
+    """The module a ``torch.compile`` wrapper (``OptimizedModule``, same parameters) runs: the capture
+    traces that one like any model (FX cannot trace the wrapper)."""
+    orig = getattr(module, "_orig_mod", None)
+    return orig if orig is not None and type(module).__name__ == "OptimizedModule" else module
 
 
 def install(torch: Any) -> None:

@@ -37,6 +37,7 @@ import types
 import warnings
 from concurrent.futures import Executor, ProcessPoolExecutor
 from multiprocessing import context as mp_context
+from multiprocessing import forkserver as mp_forkserver
 from multiprocessing import spawn as mp_spawn
 from typing import Any, Callable, Iterable, Iterator
 
@@ -143,7 +144,10 @@ def _context() -> multiprocessing.context.BaseContext | None:
                 # server puts its working directory (the job's, when it starts) first on its import
                 # path and ignores the job's, so from a source checkout it would import the unbuilt
                 # `aoe/` there and every worker would inherit that. A worker gets the job's path.
-                ctx.set_forkserver_preload(["numpy"])
+                # Added to the caller's own preload list (one fork server per process, shared with the
+                # caller's forkserver pools): set_forkserver_preload replaces the list.
+                own = list(getattr(getattr(mp_forkserver, "_forkserver", None), "_preload_modules", None) or [])
+                ctx.set_forkserver_preload(own + [m for m in ("numpy",) if m not in own])
             _CTX = ctx
         return _CTX
 

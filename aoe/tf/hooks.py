@@ -71,13 +71,17 @@ class _KerasHook:
         model.train_function = first_step
 
     def _tune(self, model: Any, batch: Any) -> None:
+        self.graph = self._capture(model, batch)
+        self.result = session.tune_graph(self.graph, self.settings)
+
+    def _capture(self, model: Any, batch: Any) -> Any:
+        """The converted training step of `model` on `batch` (its trace is the one Keras then runs)."""
         from ..graph.tf import concrete_function, from_concrete_function
 
         cf = concrete_function(model.train_step, (batch,))
         opt = getattr(model, "optimizer", None)
-        self.graph = from_concrete_function(cf, name=model.name or "model", training=True,
-                                            optimizer_variables=list(opt.variables) if opt is not None else None)
-        self.result = session.tune_graph(self.graph, self.settings)
+        return from_concrete_function(cf, name=model.name or "model", training=True,
+                                      optimizer_variables=list(opt.variables) if opt is not None else None)
 
 
 def make_callback_class() -> type:
