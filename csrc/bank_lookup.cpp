@@ -256,6 +256,14 @@ PyObject* bank_probe(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     if (sp == nullptr) return nullptr;
     const long fd = PyLong_AsLong(args[1]);
     if (fd == -1 && PyErr_Occurred()) return nullptr;
+    if (PyDict_CheckExact(args[3])) {
+        // the caller's key is usually freshly built and out of the cache: its table's lines are asked
+        // for now, to arrive during the fstat below instead of stalling the packing one by one (a
+        // prefetch never faults, so reading past the table's end is harmless)
+        const char* t = reinterpret_cast<const char*>(reinterpret_cast<PyDictObject*>(args[3])->ma_keys);
+        const Py_ssize_t n = PyDict_GET_SIZE(args[3]);
+        for (Py_ssize_t i = 0; i < 64 + 24 * n; i += 64) __builtin_prefetch(t + i);
+    }
     if (fd != -1) {
         const int same = same_file(fd, args[2]);
         if (same < 0) return nullptr;
@@ -351,6 +359,11 @@ py::object bank_spec(const std::string& op, bool vector, const std::vector<std::
     for (const std::string& f : knowledge_fields) {
         sp->know_lits.push_back("\"" + f + "\":");
         sp->know_keys.push_back(interned(f));
+    }
+    sp->know_proto = PyDict_New();
+    if (sp->know_proto == nullptr) throw py::error_already_set();
+    for (PyObject* k : sp->know_keys) {
+        if (PyDict_SetItem(sp->know_proto, k, Py_None) != 0) throw py::error_already_set();
     }
     sp->know_max = know_max;
     sp->impl_names = impl_names;

@@ -325,7 +325,7 @@ bool put_item(PyObject* d, PyObject* k, PyObject* v) {
 // the extra fields only `"impl"` naming one of the spec's implementations; a line with any other extra
 // field (formats, kernel, anything unknown) takes the Python path, which checks it field by field.
 // Fields in the registry order are matched by their literal.
-PyObject* read_knowledge(const Spec& sp, Cur& c) {
+PyObject* read_knowledge_any(const Spec& sp, Cur& c) {
     const size_t nf = sp.know_lits.size();
     if (!c.ch('{')) return nullptr;
     PyObject* d = _PyDict_NewPresized(Py_ssize_t(nf));  // (no resize while it fills)
@@ -378,6 +378,36 @@ PyObject* read_knowledge(const Spec& sp, Cur& c) {
     if (ok && PyDict_GET_SIZE(d) == members && found == nf) return d;
     Py_DECREF(d);
     return nullptr;
+}
+
+// The knowledge object (see read_knowledge_any). The usual line holds exactly the schema fields in the
+// registry order: its dict is a copy of the spec's prototype (one copy of a ready table) with the
+// values replaced, not built slot by slot; any other line is read again by the general reader.
+PyObject* read_knowledge(const Spec& sp, Cur& c) {
+    const size_t nf = sp.know_lits.size();
+    const Cur start = c;
+    if (nf > 0 && sp.know_proto != nullptr && c.ch('{')) {
+        PyObject* d = PyDict_Copy(sp.know_proto);
+        if (d == nullptr) return nullptr;
+        size_t i = 0;
+        for (; i < nf; ++i) {
+            uint64_t x;
+            if ((i > 0 && !c.ch(',')) || !c.lit(sp.know_lits[i]) || !read_uint(c, kMaxIntDigits, x) ||
+                x > uint64_t(sp.know_max))
+                break;
+            PyObject* v = PyLong_FromUnsignedLongLong(x);
+            if (v == nullptr || PyDict_SetItem(d, sp.know_keys[i], v) != 0) {
+                Py_XDECREF(v);
+                break;
+            }
+            Py_DECREF(v);
+        }
+        if (i == nf && c.ch('}') && PyDict_GET_SIZE(d) == Py_ssize_t(nf)) return d;
+        Py_DECREF(d);
+        PyErr_Clear();
+        c = start;
+    }
+    return read_knowledge_any(sp, c);
 }
 
 // The "aoe" object: `perf_us` / `default_perf_us` null or a number in (0, perf_max], extra fields
