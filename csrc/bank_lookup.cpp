@@ -53,12 +53,24 @@ bool same_str(PyObject* k, PyObject* name) {
     if (k == name) return true;
     if (!PyUnicode_CheckExact(k) || !PyUnicode_IS_ASCII(k)) return false;
     const Py_ssize_t n = PyUnicode_GET_LENGTH(k);
-    return n == PyUnicode_GET_LENGTH(name) && std::memcmp(PyUnicode_DATA(k), PyUnicode_DATA(name), size_t(n)) == 0;
+    if (n != PyUnicode_GET_LENGTH(name)) return false;
+    // a field name is a few bytes: compared inline (a memcmp call per field of every key costs more)
+    const char* a = static_cast<const char*>(PyUnicode_DATA(k));
+    const char* b = static_cast<const char*>(PyUnicode_DATA(name));
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        if (a[i] != b[i]) return false;
+    }
+    return true;
 }
 
 // One int64 of a query key: an exact int (or bool, which struct packs as 0/1) within int64.
 bool key_int(PyObject* v, long long& x) {
     if (!PyLong_CheckExact(v) && !PyBool_Check(v)) return false;
+    const Py_ssize_t size = Py_SIZE(v);  // a key's values are small: one 30-bit digit read directly
+    if (size >= -1 && size <= 1) {
+        x = size == 0 ? 0 : static_cast<long long>(reinterpret_cast<PyLongObject*>(v)->ob_digit[0]) * size;
+        return true;
+    }
     int overflow = 0;
     x = PyLong_AsLongLongAndOverflow(v, &overflow);
     if (overflow != 0 || (x == -1 && PyErr_Occurred())) {
