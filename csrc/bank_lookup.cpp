@@ -66,11 +66,13 @@ bool same_str(PyObject* k, PyObject* name) {
 // One int64 of a query key: an exact int (or bool, which struct packs as 0/1) within int64.
 bool key_int(PyObject* v, long long& x) {
     if (!PyLong_CheckExact(v) && !PyBool_Check(v)) return false;
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000  // (the 3.11 int layout; elsewhere the call below)
     const Py_ssize_t size = Py_SIZE(v);  // a key's values are small: one 30-bit digit read directly
     if (size >= -1 && size <= 1) {
         x = size == 0 ? 0 : static_cast<long long>(reinterpret_cast<PyLongObject*>(v)->ob_digit[0]) * size;
         return true;
     }
+#endif
     int overflow = 0;
     x = PyLong_AsLongLongAndOverflow(v, &overflow);
     if (overflow != 0 || (x == -1 && PyErr_Occurred())) {
