@@ -21,6 +21,8 @@ struct Spec {
     std::vector<PyObject*> key_names;      // the key fields as interned str (fixed: the schema's; vector: its 7)
     std::vector<std::string> know_lits;    // `"name":` of each knowledge field every record must hold
     std::vector<PyObject*> know_keys;      // ... the names as interned str (the cached dict's keys)
+    PyObject* know_proto = nullptr;        // dict: every knowledge field (registry order) -> None, copied
+                                           // for a line holding exactly those in that order
     long long know_max = 0;                // largest knowledge value allowed
     std::vector<std::string> impl_names;   // the values an extra `"impl"` member may hold (any other extra
                                            // member: the line takes the Python path, which decides it)
@@ -34,6 +36,7 @@ struct Spec {
     ~Spec() {
         for (PyObject* k : know_keys) Py_XDECREF(k);
         for (PyObject* k : key_names) Py_XDECREF(k);
+        Py_XDECREF(know_proto);
         Py_XDECREF(perf_key);
         Py_XDECREF(default_key);
         Py_XDECREF(attrs_cache);
