@@ -254,53 +254,6 @@ int resolve_first(const Spec& sp, PyObject* state, PyObject* lock, PyObject* hit
     return rc;
 }
 
-// CRC-32 (IEEE 802.3, reflected 0xEDB88320; what zlib.crc32 computes from 0) by slicing-by-8. The
-// bank's default id hash is zlib.crc32, whose build here reads a byte at a time: ~0.25 µs of every
-// lookup's packed key (~200 bytes of a MatMul key), a fifth of that here.
-struct Crc32Tables {
-    uint32_t t[8][256];
-    Crc32Tables() {
-        for (uint32_t i = 0; i < 256; ++i) {
-            uint32_t c = i;
-            for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-            t[0][i] = c;
-        }
-        for (int k = 1; k < 8; ++k) {
-            for (uint32_t i = 0; i < 256; ++i) t[k][i] = (t[k - 1][i] >> 8) ^ t[0][t[k - 1][i] & 0xff];
-        }
-    }
-};
-
-uint32_t crc32_ieee(const unsigned char* p, size_t n) {
-    static const Crc32Tables tables;  // (built once; a thread-safe static)
-    const auto& T = tables.t;
-    uint32_t c = 0xFFFFFFFFu;
-    for (; n >= 8; p += 8, n -= 8) {
-        const uint32_t lo = c ^ (uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24);
-        const uint32_t hi = uint32_t(p[4]) | uint32_t(p[5]) << 8 | uint32_t(p[6]) << 16 | uint32_t(p[7]) << 24;
-        c = T[7][lo & 0xff] ^ T[6][(lo >> 8) & 0xff] ^ T[5][(lo >> 16) & 0xff] ^ T[4][lo >> 24] ^ T[3][hi & 0xff] ^
-            T[2][(hi >> 8) & 0xff] ^ T[1][(hi >> 16) & 0xff] ^ T[0][hi >> 24];
-    }
-    for (; n > 0; --n) c = T[0][(c ^ *p++) & 0xff] ^ (c >> 8);
-    return c ^ 0xFFFFFFFFu;
-}
-
-// hash_fn(packed): natively when hash_fn is zlib.crc32 itself (the default), else by calling it.
-PyObject* key_hash(PyObject* hash_fn, PyObject* packed) {
-    static PyObject* zlib_crc32 = nullptr;  // (the GIL is held: looked up once, kept for the process)
-    if (zlib_crc32 == nullptr) {
-        PyObject* zlib = PyImport_ImportModule("zlib");
-        zlib_crc32 = zlib != nullptr ? PyObject_GetAttrString(zlib, "crc32") : nullptr;
-        Py_XDECREF(zlib);
-        if (zlib_crc32 == nullptr) return nullptr;
-    }
-    if (hash_fn == zlib_crc32 && PyBytes_CheckExact(packed)) {
-        return PyLong_FromUnsignedLong(crc32_ieee(reinterpret_cast<const unsigned char*>(PyBytes_AS_STRING(packed)),
-                                                  size_t(PyBytes_GET_SIZE(packed))));
-    }
-    return PyObject_CallOneArg(hash_fn, packed);
-}
-
 // bank_probe(spec, fd, signature, key, hash_fn, hits, state, lock) -> the cached case of the key; or
 // (id, packed key) when the id holds no case with that key; or (id, packed key, False) when its
 // filed line is not the usual case (the Python path resolves it); or None when the Python path must
@@ -337,7 +290,7 @@ PyObject* bank_probe(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     }
     PyObject* packed = out.bytes();
     if (packed == nullptr) return nullptr;
-    PyObject* h = key_hash(args[4], packed);
+    PyObject* h = PyObject_CallOneArg(args[4], packed);
     if (h == nullptr) {
         Py_DECREF(packed);
         return nullptr;
