@@ -131,7 +131,7 @@ def tune_graph(graph: Graph, soc: Soc, bank_dir: str | os.PathLike[str] | None =
     report.cases_tuned = len(cases)
     events.start(len(cases), report)
 
-    pending_tune: list[tuple[tuple[str, str], OpCase, Any, float | None, float]] = []
+    pending_tune: list[tuple[tuple[str, str], OpCase, Any, float | None, float | None]] = []
     stopped = False
     extra_cache: dict[Any, float] = {}
     invalid: set[tuple[str, str]] = set()  # cases whose bank strategy is invalid on this SoC: tuned as if REPEAT_TUNE
@@ -190,6 +190,11 @@ def tune_graph(graph: Graph, soc: Soc, bank_dir: str | os.PathLike[str] | None =
         entry = None
         try:
             entry = chain.lookup(case.op_type, case.key)
+            if entry is None and farm is not None and parallel and should_tune(False, cfg.repeat_tune):
+                # a farm case with nothing in a bank: its default is priced when its result comes back,
+                # with the default strategy the worker derived (the client need not derive it again)
+                pending_tune.append((cid, case, None, None, None))
+                continue
             default_t = price(case, soc, None, measure, extra_cache)
             in_use = default_t
             usable = entry is not None
@@ -231,7 +236,14 @@ def tune_graph(graph: Graph, soc: Soc, bank_dir: str | os.PathLike[str] | None =
         with farm if farm is not None else worker_pool(cfg.workers) as pool:
             # results come back in submission order, so the run is identical to a serial one
             results = _worker_results(pool, jobs, report)
-            for (cid, case, entry, in_use, default_t), result in zip(pending_tune, results):
+            for job, (cid, case, entry, in_use, default_t), result in zip(jobs, pending_tune, results):
+                if default_t is None:  # a farm case priced now (above)
+                    try:
+                        strat = getattr(pool, "default_strategy", lambda _: None)(job)
+                        default_t = in_use = price(case, soc, None, measure, extra_cache, default=strat)
+                    except Exception as exc:  # noqa: BLE001 - a broken measure fails this case only
+                        finish(cid, case, entry, None, 0.0, f"{type(exc).__name__}: {exc}")
+                        continue
                 finish(cid, case, entry, in_use, default_t, result)
                 if events.should_stop():
                     stopped = True
