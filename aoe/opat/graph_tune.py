@@ -134,6 +134,7 @@ def tune_graph(graph: Graph, soc: Soc, bank_dir: str | os.PathLike[str] | None =
     pending_tune: list[tuple[tuple[str, str], OpCase, Any, float | None, float | None]] = []
     stopped = False
     extra_cache: dict[Any, float] = {}
+    worker_defaults: dict[tuple[str, str], dict[str, int]] = {}  # cid -> default strategy from a farm worker
     invalid: set[tuple[str, str]] = set()  # cases whose bank strategy is invalid on this SoC: tuned as if REPEAT_TUNE
 
     def finish(cid: tuple[str, str], case: OpCase, entry: Any, in_use: float | None, default_t: float,
@@ -171,7 +172,7 @@ def tune_graph(graph: Graph, soc: Soc, bank_dir: str | os.PathLike[str] | None =
                 # the kernels the job's record keeps: the strategy in use after (tuned, banked or default)
                 knowledge = (result.knowledge if outcome.writes and result is not None
                              else entry.knowledge if entry is not None and cid not in invalid else None)
-                detail = case_detail(soc, case, knowledge)
+                detail = case_detail(soc, case, knowledge, worker_defaults.get(cid))
             recs = [OpRecord(op.name, op_type_label(op), outcome.value, in_use, after, kinds_out, case=ident,
                              fused_names=fused_names(op), default_us=default_t, source=source, detail=detail)
                     for op in ops]
@@ -240,6 +241,8 @@ def tune_graph(graph: Graph, soc: Soc, bank_dir: str | os.PathLike[str] | None =
                 if default_t is None:  # a farm case priced now (above)
                     try:
                         strat = getattr(pool, "default_strategy", lambda _: None)(job)
+                        if strat is not None:
+                            worker_defaults[cid] = strat
                         default_t = in_use = price(case, soc, None, measure, extra_cache, default=strat)
                     except Exception as exc:  # noqa: BLE001 - a broken measure fails this case only
                         finish(cid, case, entry, None, 0.0, f"{type(exc).__name__}: {exc}")
