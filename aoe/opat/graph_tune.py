@@ -196,7 +196,12 @@ def tune_graph(graph: Graph, soc: Soc, bank_dir: str | os.PathLike[str] | None =
                 # with the default strategy the worker derived (the client need not derive it again)
                 pending_tune.append((cid, case, None, None, None))
                 continue
-            default_t = price(case, soc, None, measure, extra_cache)
+            # a case an earlier model of the batch sent to the farm: its worker's default strategy
+            known = (farm.default_strategy((case, soc, tuple(cfg.kinds), budget, cfg.implmode, cfg.seed, cfg.threads))
+                     if farm is not None and parallel and hasattr(farm, "default_strategy") else None)
+            if known is not None:
+                worker_defaults[cid] = known
+            default_t = price(case, soc, None, measure, extra_cache, default=known)
             in_use = default_t
             usable = entry is not None
             if entry is not None:
