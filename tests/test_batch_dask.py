@@ -103,6 +103,12 @@ def dask_cli(tmp: Path, workers: int = 2, tls: tuple[str, ...] = ()) -> Iterator
         for i in range(workers):
             start(["worker", address, "--host", "127.0.0.1", "--nthreads", "1", "--nworkers", "1",
                    "--no-dashboard", "--lifetime", LIFETIME, "--name", f"w{i}", *tls], f"worker{i}")
+        # every worker registered before a test connects (a loaded machine starts them slowly, and a
+        # test may count them): each one's log says so
+        deadline = time.time() + 180
+        while time.time() < deadline and not all(
+                b"Registered to:" in (tmp / f"worker{i}.log").read_bytes() for i in range(workers)):
+            time.sleep(0.2)
         yield address
     finally:
         _stop(procs)
