@@ -103,6 +103,12 @@ def dask_cli(tmp: Path, workers: int = 2, tls: tuple[str, ...] = ()) -> Iterator
         for i in range(workers):
             start(["worker", address, "--host", "127.0.0.1", "--nthreads", "1", "--nworkers", "1",
                    "--no-dashboard", "--lifetime", LIFETIME, "--name", f"w{i}", *tls], f"worker{i}")
+        # every worker registered before a test connects (a loaded machine starts them slowly, and a
+        # test may count them): each one's log says so
+        deadline = time.time() + 180
+        while time.time() < deadline and not all(
+                b"Registered to:" in (tmp / f"worker{i}.log").read_bytes() for i in range(workers)):
+            time.sleep(0.2)
         yield address
     finally:
         _stop(procs)
@@ -407,3 +413,33 @@ def test_prefetch_looks_up_the_banks_the_job_will(scheduler, tmp_path):
                 assert farm.stats["bank_hits"] > 0 and queued < farm.stats["cases_total"]
             else:
                 assert farm.stats["bank_hits"] == 0 and queued == farm.stats["cases_total"] > 0
+
+
+def test_a_case_group_sends_back_each_cases_default_strategy(tmp_path):
+    """The client prices a cold farm case's default with the strategy its worker derived (not deriving
+    CANN's heuristic a second time): run_group must hand back exactly what the client would derive."""
+    import dataclasses
+
+    from aoe.batch import run_group
+    from aoe.opat.search import Budget
+    from aoe.opat.tune import KINDS
+    from aoe.ops import Unsupported, describe
+    from aoe.sim import default_strategy
+    from aoe.soc import load_soc
+    from conftest import tiny_onnx
+
+    soc = load_soc("Ascend910B2")
+    plain = dataclasses.replace(soc, _native=None)
+    graph = aoe.graph.load(tiny_onnx(tmp_path / "tiny.onnx"))
+    cases = {}
+    for op in graph.ops:
+        try:
+            case = describe(graph, op)
+        except (Unsupported, AoeError):
+            continue
+        cases[case.case_id] = case
+    jobs = [(c, plain, tuple(KINDS), Budget(evaluations=50), "high_performance", 0, 1) for c in cases.values()]
+    assert jobs
+    results, cpu, defaults = run_group(jobs)
+    assert len(results) == len(defaults) == len(jobs) and cpu >= 0.0
+    assert defaults == [default_strategy(soc, c.default.sim_op) for c in cases.values()]

@@ -678,3 +678,24 @@ def test_stuck_worker_processes_do_not_hang_the_stop(env, monkeypatch):
 
     time.sleep(0.2)
     assert not multiprocessing.active_children()
+
+
+def test_result_file_rewrite_reuses_encoded_tasks_byte_for_byte(tmp_path):
+    """The final (indented) rewrite after each model keeps earlier tasks' text; the file must stay exactly
+    what json.dumps(indent=4) gives, across replaced, added and empty tasks."""
+    rf = ResultFile(tmp_path, "opat")
+    rf.write()
+    assert rf.path.read_text(encoding="utf-8") == "{}\n"
+    k1 = rf.new_task()
+    rf.set_task(k1, "m1", 1.2, {"a": [1, 2, {"x": "é\n\u2028"}], "b": {}, "c": []})
+    rf.write()
+    k2 = rf.new_task()
+    rf.write(pretty=False)
+    rf.write()
+    rf.set_task(k2, "m2", None, {"z": 1.5, "nested": {"l": [[], [{}]]}})
+    rf.write()
+    assert rf.path.read_text(encoding="utf-8") == json.dumps(rf.reports, indent=4, ensure_ascii=False) + "\n"
+    rf.set_task(k1, "m1 again", 3, None)  # a replaced task is encoded anew
+    rf.write()
+    assert rf.path.read_text(encoding="utf-8") == json.dumps(rf.reports, indent=4, ensure_ascii=False) + "\n"
+    assert json.loads(rf.path.read_text(encoding="utf-8"))[k1][0]["basic"]["tuning_name"] == "m1 again"

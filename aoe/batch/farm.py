@@ -99,12 +99,24 @@ def _worker_malloc() -> None:
             pass  # not glibc: nothing to undo
 
 
-def run_group(jobs: Sequence[Job]) -> tuple[list[Any], float]:
-    """Worker side: tune a group of cases; (results in order, CPU seconds spent)."""
+def run_group(jobs: Sequence[Job]) -> tuple[list[Any], float, list[dict[str, int] | None]]:
+    """Worker side: tune a group of cases; (results in order, CPU seconds spent, each case's default
+    strategy).
+
+    The default strategy (CANN's heuristic, ~2.6 ms a case) is what tuning the case derived first, so it
+    costs the worker a cache hit; sent back, it spares the client deriving it again to price the default."""
+    from ..sim import default_strategy
+
     _worker_malloc()
     c0 = time.process_time()
     out = [tune_job(j) for j in jobs]
-    return out, time.process_time() - c0
+    defaults: list[dict[str, int] | None] = []
+    for case, soc, *_ in jobs:
+        try:
+            defaults.append(default_strategy(soc, case.default.sim_op))
+        except Exception:  # noqa: BLE001 - the client derives it itself (and reports what is wrong)
+            defaults.append(None)
+    return out, time.process_time() - c0, defaults
 
 
 def run_subgraph_group(jobs: Sequence[SubgraphJob]) -> tuple[list[Any], float]:
@@ -135,6 +147,7 @@ class CaseFarm:
         self._queued_keys: set[tuple[Any, ...]] = set()
         self._where: dict[tuple[Any, ...], tuple[Any, int]] = {}  # key -> (group future, index)
         self._done: dict[tuple[Any, ...], Any] = {}
+        self._defaults: dict[tuple[Any, ...], dict[str, int]] = {}  # job key -> default strategy (run_group)
         self._group_keys: dict[str, list[tuple[Any, ...]]] = {}  # group future key -> its job keys
         self._models: set[tuple[Any, ...]] = set()  # models already prefetched (counted once)
         self._loaded: dict[tuple[Any, ...], Any] = {}  # model source -> the graph its prefetch loaded
@@ -328,7 +341,7 @@ class CaseFarm:
             where = (self._submit([(key, job)], kind), 0)
         fut = where[0]
         try:
-            results, cpu = fut.result()
+            results, cpu, *extra = fut.result()
         except ModuleNotFoundError as exc:
             raise AoeError(f"a Dask worker cannot import {exc.name!r}: install aoe (the same version) "
                            f"on every worker") from None
@@ -336,8 +349,10 @@ class CaseFarm:
             keys = self._group_keys.pop(fut.key, None)
             if keys is not None:  # first collection of this group: keep all its results
                 self.stats["worker_cpu_s"] += cpu
-                for k, r in zip(keys, results):
+                for i, (k, r) in enumerate(zip(keys, results)):
                     self._done[k] = r
+                    if extra and extra[0][i] is not None:
+                        self._defaults[k] = extra[0][i]
                     if self._where.get(k, (None,))[0] is fut:
                         del self._where[k]
             return self._done.get(key, results[where[1]])
@@ -345,6 +360,12 @@ class CaseFarm:
     def result(self, job: Job) -> Any:
         """The tuned result of one operator job."""
         return self._collect(job_key(job), "op", job)
+
+    def default_strategy(self, job: Job) -> dict[str, int] | None:
+        """The default strategy of a job's case as its worker derived it (after `result`), or None."""
+        with self._lock:
+            found = self._defaults.get(job_key(job))
+        return dict(found) if found is not None else None
 
     # ---- the SGAT face (aoe.sgat.tune.subgraph_executor) ----------------------------------------
 
@@ -378,6 +399,7 @@ class CaseFarm:
             self._bar = None
         self._prepared.clear()
         self._loaded.clear()
+        self._defaults.clear()
         if self._own_client:
             self.client.close()
         if self._cluster is not None:
@@ -407,6 +429,10 @@ class FarmExecutor:
         self.farm.flush()
         for j in jobs:
             yield self.farm.result(j)
+
+    def default_strategy(self, job: Job) -> dict[str, int] | None:
+        """The default strategy of `job`'s case from its worker (after its result was taken), or None."""
+        return self.farm.default_strategy(job)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Nothing to stop: the farm outlives one graph (queued groups finish for the next models)."""

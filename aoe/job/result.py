@@ -82,6 +82,9 @@ class ResultFile:
         self.path = Path(path)
         self.reports: dict[str, list[dict[str, Any]]] = {}
         self._journal_fd: int | None = None
+        # key -> (the task value encoded, its indented JSON): a batch rewrites the whole file after every
+        # model, and re-encoding the finished tasks each time grew quadratically (pure-Python indenting)
+        self._encoded: dict[str, tuple[Any, str]] = {}
 
     @property
     def state_path(self) -> Path:
@@ -139,9 +142,30 @@ class ResultFile:
         """Rewrite the whole file atomically (`pretty`: indented, as the final file; else compact and fast)."""
         try:
             # json's indenting encoder is pure Python (≈50x the C one): checkpoints are written compact
-            atomic_write_json(self.path, self.reports, indent=4 if pretty else None)
+            if pretty:
+                atomic_replace(self.path, self._pretty_text().encode("utf-8"))
+            else:
+                atomic_write_json(self.path, self.reports, indent=None)
         except OSError as exc:
             raise AoeError(f"cannot write result file {self.path}: {exc.strerror or exc}") from None
+
+    def _pretty_text(self) -> str:
+        """`json.dumps(self.reports, indent=4)` byte for byte, each task's value encoded once.
+
+        set_task and new_task replace a task's value (never change it in place), so a value that is the
+        same object as when it was encoded has the same text."""
+        if not self.reports:
+            return "{}\n"
+        items = []
+        for key, value in self.reports.items():
+            hit = self._encoded.get(key)
+            if hit is None or hit[0] is not value:
+                text = json.dumps(value, indent=4, ensure_ascii=False, allow_nan=False).replace("\n", "\n    ")
+                hit = self._encoded[key] = (value, text)
+            items.append(f"    {json.dumps(key, ensure_ascii=False)}: {hit[1]}")
+        for key in set(self._encoded) - set(self.reports):
+            del self._encoded[key]
+        return "{\n" + ",\n".join(items) + "\n}\n"
 
     def discard_if_empty(self) -> None:
         """Remove the file when no task was ever written to it (a batch that failed before its first job)."""

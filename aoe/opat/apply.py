@@ -84,10 +84,12 @@ def variant_for(case: OpCase, knowledge: Mapping[str, Any]) -> tuple[Variant, di
 
 
 def price(case: OpCase, soc: Soc, knowledge: Mapping[str, Any] | None, measure: Measure,
-          extra_cache: dict[Any, float] | None = None) -> float:
-    """Time (µs) of an operator case under a stored strategy (None = CANN's default), conversions included."""
+          extra_cache: dict[Any, float] | None = None, default: Mapping[str, int] | None = None) -> float:
+    """Time (µs) of an operator case under a stored strategy (None = CANN's default), conversions included.
+
+    `default`: CANN's default strategy of the case when the caller has it already (a worker derived it)."""
     if knowledge is None:
-        variant, strat = case.default, None
+        variant, strat = case.default, (dict(default) if default is not None else None)
     else:
         variant, strat = variant_for(case, knowledge)
     if strat is None:

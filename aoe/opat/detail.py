@@ -95,11 +95,13 @@ def variant_label(case: OpCase, variant: Variant) -> str:
     return "default" if variant is case.default else variant.label
 
 
-def case_detail(soc: Soc, case: OpCase, knowledge: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The default kernel and the kernel `knowledge` selects (None: the default) of one case, with descriptors."""
+def case_detail(soc: Soc, case: OpCase, knowledge: Mapping[str, Any] | None,
+                default_strategy: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """The default kernel and the kernel `knowledge` selects (None: the default) of one case, with descriptors
+    (`default_strategy`: CANN's default strategy of the case when the caller has it, e.g. from a worker)."""
     from .apply import variant_for  # apply imports the tuner; this module is imported by it
 
-    default = kernel_detail(soc, case.default.sim_op, None, "default")
+    default = kernel_detail(soc, case.default.sim_op, default_strategy, "default")
     tuned, tuned_op = default, case.default.sim_op
     if knowledge is not None:
         try:

@@ -131,9 +131,10 @@ def tune_graph(graph: Graph, soc: Soc, bank_dir: str | os.PathLike[str] | None =
     report.cases_tuned = len(cases)
     events.start(len(cases), report)
 
-    pending_tune: list[tuple[tuple[str, str], OpCase, Any, float | None, float]] = []
+    pending_tune: list[tuple[tuple[str, str], OpCase, Any, float | None, float | None]] = []
     stopped = False
     extra_cache: dict[Any, float] = {}
+    worker_defaults: dict[tuple[str, str], dict[str, int]] = {}  # cid -> default strategy from a farm worker
     invalid: set[tuple[str, str]] = set()  # cases whose bank strategy is invalid on this SoC: tuned as if REPEAT_TUNE
 
     def finish(cid: tuple[str, str], case: OpCase, entry: Any, in_use: float | None, default_t: float,
@@ -171,7 +172,7 @@ def tune_graph(graph: Graph, soc: Soc, bank_dir: str | os.PathLike[str] | None =
                 # the kernels the job's record keeps: the strategy in use after (tuned, banked or default)
                 knowledge = (result.knowledge if outcome.writes and result is not None
                              else entry.knowledge if entry is not None and cid not in invalid else None)
-                detail = case_detail(soc, case, knowledge)
+                detail = case_detail(soc, case, knowledge, worker_defaults.get(cid))
             recs = [OpRecord(op.name, op_type_label(op), outcome.value, in_use, after, kinds_out, case=ident,
                              fused_names=fused_names(op), default_us=default_t, source=source, detail=detail)
                     for op in ops]
@@ -190,7 +191,17 @@ def tune_graph(graph: Graph, soc: Soc, bank_dir: str | os.PathLike[str] | None =
         entry = None
         try:
             entry = chain.lookup(case.op_type, case.key)
-            default_t = price(case, soc, None, measure, extra_cache)
+            if entry is None and farm is not None and parallel and should_tune(False, cfg.repeat_tune):
+                # a farm case with nothing in a bank: its default is priced when its result comes back,
+                # with the default strategy the worker derived (the client need not derive it again)
+                pending_tune.append((cid, case, None, None, None))
+                continue
+            # a case an earlier model of the batch sent to the farm: its worker's default strategy
+            known = (farm.default_strategy((case, soc, tuple(cfg.kinds), budget, cfg.implmode, cfg.seed, cfg.threads))
+                     if farm is not None and parallel and hasattr(farm, "default_strategy") else None)
+            if known is not None:
+                worker_defaults[cid] = known
+            default_t = price(case, soc, None, measure, extra_cache, default=known)
             in_use = default_t
             usable = entry is not None
             if entry is not None:
@@ -231,7 +242,16 @@ def tune_graph(graph: Graph, soc: Soc, bank_dir: str | os.PathLike[str] | None =
         with farm if farm is not None else worker_pool(cfg.workers) as pool:
             # results come back in submission order, so the run is identical to a serial one
             results = _worker_results(pool, jobs, report)
-            for (cid, case, entry, in_use, default_t), result in zip(pending_tune, results):
+            for job, (cid, case, entry, in_use, default_t), result in zip(jobs, pending_tune, results):
+                if default_t is None:  # a farm case priced now (above)
+                    try:
+                        strat = getattr(pool, "default_strategy", lambda _: None)(job)
+                        if strat is not None:
+                            worker_defaults[cid] = strat
+                        default_t = in_use = price(case, soc, None, measure, extra_cache, default=strat)
+                    except Exception as exc:  # noqa: BLE001 - a broken measure fails this case only
+                        finish(cid, case, entry, None, 0.0, f"{type(exc).__name__}: {exc}")
+                        continue
                 finish(cid, case, entry, in_use, default_t, result)
                 if events.should_stop():
                     stopped = True
