@@ -146,19 +146,26 @@ def _apply_momentum(g: Graph, grads: dict[str, str], l2: float, nesterov: bool) 
     scalars = {k: _new(g, f"momentum/{k}", shape=(), dtype=g.compute_dtype, kind="const") for k in ("lr", "momentum")}
     for p, grad in grads.items():
         accum = _new(g, f"{p}/momentum_buffer", p, kind="param")
-        if g.tensors[grad].dtype != g.tensors[p].dtype:
-            cast = _new(g, f"{grad}/cast", p)
-            _emit(g, f"{p}/momentum/cast_grad", "Cast", [grad], [cast], {"dst_type": g.tensors[p].dtype})
-            grad = cast
-        if l2:
-            wp, g2 = _new(g, f"{p}/momentum/decay", p), _new(g, f"{grad}/decayed", p)
-            _emit(g, f"{p}/momentum/decay", "Muls", [p], [wp], {"value": l2})
-            _emit(g, f"{p}/momentum/decay_add", "Add", [grad, wp], [g2])
-            grad = g2
+        grad = _optimizer_grad(g, p, grad, "momentum", l2)
         outs = [_new(g, f"{p}/updated", p), _new(g, f"{accum}/updated", p)]
         _emit(g, f"{p}/momentum", "ApplyMomentum", [p, accum, scalars["lr"], grad, scalars["momentum"]], outs,
               {"use_nesterov": nesterov, "use_locking": False})
         g.outputs.extend(outs)
+
+
+def _optimizer_grad(g: Graph, p: str, grad: str, tag: str, l2: float) -> str:
+    """The gradient an apply operator of parameter `p` reads: cast to the parameter's dtype, plus `l2 * p`
+    (the coupled weight decay of SGD and Adam) when `l2` is set."""
+    if g.tensors[grad].dtype != g.tensors[p].dtype:
+        cast = _new(g, f"{grad}/cast", p)
+        _emit(g, f"{p}/{tag}/cast_grad", "Cast", [grad], [cast], {"dst_type": g.tensors[p].dtype})
+        grad = cast
+    if l2:
+        wp, g2 = _new(g, f"{p}/{tag}/decay", p), _new(g, f"{grad}/decayed", p)
+        _emit(g, f"{p}/{tag}/decay", "Muls", [p], [wp], {"value": l2})
+        _emit(g, f"{p}/{tag}/decay_add", "Add", [grad, wp], [g2])
+        grad = g2
+    return grad
 
 
 def _adam_variant(opt: Any) -> bool:
@@ -191,17 +198,8 @@ def _apply_adam(g: Graph, grads: dict[str, str], decoupled_decay: float, l2: flo
     for p, grad in grads.items():
         m = _new(g, f"{p}/adam_m", p, kind="param")
         v = _new(g, f"{p}/adam_v", p, kind="param")
-        if g.tensors[grad].dtype != g.tensors[p].dtype:
-            cast = _new(g, f"{grad}/cast", p)
-            _emit(g, f"{p}/adam/cast_grad", "Cast", [grad], [cast], {"dst_type": g.tensors[p].dtype})
-            grad = cast
+        grad = _optimizer_grad(g, p, grad, "adam", l2)
         var = p
-        if l2:
-            # Adam's weight_decay adds wd * p to the gradient
-            wp, g2 = _new(g, f"{p}/adam/decay", p), _new(g, f"{grad}/decayed", p)
-            _emit(g, f"{p}/adam/decay", "Muls", [p], [wp], {"value": l2})
-            _emit(g, f"{p}/adam/decay_add", "Add", [grad, wp], [g2])
-            grad = g2
         if decoupled_decay:
             # AdamW: p *= 1 - lr * wd before the Adam step (decoupled_decay = lr * wd)
             var = _new(g, f"{p}/adamw/decayed", p)
