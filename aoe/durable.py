@@ -3,9 +3,12 @@
 A temp file in the same directory gets its permissions first, then the data, an fsync, a rename over
 the target and an fsync of the directory (so the rename itself survives a crash). The banks and the
 job's result files both write this way; they differ only in the permissions they give the file.
+`AppendLog` is the other kind: the JSON-lines files a job appends to as cases finish (its resume
+journal, the run's record), whole lines without a rewrite.
 """
 from __future__ import annotations
 
+import json
 import os
 import stat
 import tempfile
@@ -96,3 +99,34 @@ def atomic_replace(path: str | os.PathLike[str], data: bytes | Iterable[bytes],
     finally:
         os.close(dfd)
     return st
+
+
+class AppendLog:
+    """An append-only JSON-lines file: one `write` per line on an O_APPEND descriptor opened at the first
+    line, so a kill leaves whole lines and at most one cut last line (its readers skip it). Never fsynced:
+    the page cache keeps it through a `kill -9`; the callers' checkpoints bound what a power loss takes.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], what: str) -> None:
+        self.path = path
+        self.what = what          # names the file in an error: "the run's record", "the resume journal"
+        self._fd: int | None = None
+
+    def append(self, entry: object) -> None:
+        """Append `entry` as one compact JSON line (AoeError naming the file when it cannot be written)."""
+        line = (json.dumps(entry, ensure_ascii=False, allow_nan=False, separators=(",", ":")) + "\n").encode("utf-8")
+        try:
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                   0o666)
+            os.write(self._fd, line)
+        except OSError as exc:
+            raise AoeError(f"cannot write {self.what} {self.path}: {exc.strerror or exc}") from None
+
+    def close(self) -> None:
+        """Close the descriptor (the next append opens the file again)."""
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            finally:
+                self._fd = None

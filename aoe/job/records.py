@@ -24,11 +24,11 @@ updated (a torch backward graph hitting what its forward graph added a moment ea
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..durable import AppendLog
 from ..errors import AoeError
 from ..soc import Soc
 
@@ -52,27 +52,16 @@ class RecordWriter:
 
     def __init__(self, result_path: Path, added: set[str] | None = None) -> None:
         self.path = record_path(result_path)
-        self._fd: int | None = None
+        self._log = AppendLog(self.path, "the run's record")
         self.added: set[str] = set(added or ())   # case identities this run added or updated
 
     def append(self, entry: dict[str, Any]) -> None:
         """Append one line (one write on an O_APPEND descriptor)."""
-        line = (json.dumps(entry, ensure_ascii=False, allow_nan=False, separators=(",", ":")) + "\n").encode("utf-8")
-        try:
-            if self._fd is None:
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                                   0o666)
-            os.write(self._fd, line)
-        except OSError as exc:
-            raise AoeError(f"cannot write the run's record {self.path}: {exc.strerror or exc}") from None
+        self._log.append(entry)
 
     def close(self) -> None:
         """Close the descriptor (the next append opens it again)."""
-        if self._fd is not None:
-            try:
-                os.close(self._fd)
-            finally:
-                self._fd = None
+        self._log.close()
 
     def provenance(self, ident: str, outcome: str | None, source: str | None) -> str | None:
         """Where a hit's strategy came from (None: not a hit); remembers what this run writes."""

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..durable import atomic_replace
+from ..durable import AppendLog, atomic_replace
 from ..errors import AoeError
 from ..safeio import read_regular
 
@@ -81,7 +81,7 @@ class ResultFile:
             path = claim_name(self.work_dir, f"aoe_result_{kind}_", f"_pid{os.getpid()}.json")
         self.path = Path(path)
         self.reports: dict[str, list[dict[str, Any]]] = {}
-        self._journal_fd: int | None = None
+        self._journal: AppendLog | None = None
         # key -> (the task value encoded, its indented JSON): a batch rewrites the whole file after every
         # model, and re-encoding the finished tasks each time grew quadratically (pure-Python indenting)
         self._encoded: dict[str, tuple[Any, str]] = {}
@@ -200,21 +200,14 @@ class ResultFile:
         at most one cut last line (skipped when read). The page cache keeps it through a `kill -9`; the
         checkpoints (state and result file, fsynced) bound what a power loss can take.
         """
-        line = (json.dumps(entry, ensure_ascii=False, allow_nan=False, separators=(",", ":")) + "\n").encode("utf-8")
-        try:
-            if self._journal_fd is None:
-                self._journal_fd = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
-                                           | os.O_CLOEXEC, 0o666)
-            os.write(self._journal_fd, line)
-        except OSError as exc:
-            raise AoeError(f"cannot write the resume journal {self.journal_path}: {exc.strerror or exc}") from None
+        if self._journal is None:
+            self._journal = AppendLog(self.journal_path, "the resume journal")
+        self._journal.append(entry)
 
     def close_journal(self) -> None:
-        if self._journal_fd is not None:
-            try:
-                os.close(self._journal_fd)
-            finally:
-                self._journal_fd = None
+        if self._journal is not None:
+            self._journal.close()
+            self._journal = None
 
     def remove_state(self) -> None:
         """Forget the resume state and its journal (the job finished)."""
