@@ -191,6 +191,7 @@ def test_a_job_with_workers_tunes_its_first_cpu_seconds_itself(monkeypatch):
     g = small_opat_graph()
     cfg = dataclasses.replace(NO_BUILTIN, budget=Budget(evaluations=500))
     serial = tune_graph(g, SOC, None, cfg).to_result_section()
+    monkeypatch.setattr(gt, "WORKERS_WORTH", 0.0)   # whatever the estimate of the work left: workers
     handed: dict[float, list] = {}
     for inline_s in (0.0, 1e-9, 3600.0):    # workers at once; after the first case; never
         handed[inline_s] = []
@@ -202,6 +203,25 @@ def test_a_job_with_workers_tunes_its_first_cpu_seconds_itself(monkeypatch):
     assert handed[1e-9] == handed[0.0][1:] and handed[3600.0] == []
     with pytest.raises(AoeError, match="inline_s"):
         OpatConfig(inline_s=-1.0)
+
+
+def test_workers_start_only_when_the_work_left_is_worth_them(monkeypatch):
+    """After `inline_s`, the cases left stay in this process when their estimated CPU (cases x the CPU per
+    case so far) is under WORKERS_WORTH x the pool's start-up CPU; the result is the serial one."""
+    import aoe.opat.graph_tune as gt
+
+    assert gt.workers_worth(10_000, 0.01, 2) and not gt.workers_worth(10, 0.01, 2)
+    assert not gt.workers_worth(1, 1000.0, 8)           # one case left: a worker would only add its start-up
+    g = small_opat_graph()
+    cfg = dataclasses.replace(NO_BUILTIN, budget=Budget(evaluations=500))
+    serial = tune_graph(g, SOC, None, cfg).to_result_section()
+    handed: list = []
+    monkeypatch.setattr(gt, "worker_pool", lambda n: _RecordingPool(handed))
+    small = tune_graph(g, SOC, None, dataclasses.replace(cfg, workers=2, inline_s=1e-9))
+    assert small.to_result_section() == serial and handed == []     # a few small cases: no workers
+    monkeypatch.setattr(gt, "WORKER_START_CPU_S", (0.0, 0.0))          # free workers are always worth it
+    free = tune_graph(g, SOC, None, dataclasses.replace(cfg, workers=2, inline_s=1e-9))
+    assert free.to_result_section() == serial and len(handed) >= 2
 
 
 def test_workers_tune_a_what_if_soc_as_given():

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..bank import resolve_op_bank_dir, resolve_subgraph_bank_dir
-from ..batch import open_batch
 from ..errors import AoeError
 from ..soc import load_soc
 from . import config as cfg
@@ -147,6 +146,8 @@ def tune_models(models: Sequence[Any], mode: str | int = "op", soc: str = DEFAUL
         settings.lock = False  # held above for the whole batch
         graphs: dict[int, Any] = {}
         if cluster is not None:  # load every model, send their bank misses, then run the usual loop
+            from ..batch import open_batch  # only for a cluster: a local job does not import aoe.batch
+
             farm = stack.enter_context(open_batch(cluster, progress=opt.progress, out=_printer(opt.verbose)))
             graphs = farm.prefetch_specs([_spec(x, m, soc, shapes[i], training, ops, framework, output=opt.output)
                                           for i, x in enumerate(models)], settings, load_graph)

@@ -27,7 +27,6 @@ import errno
 import fcntl
 import json
 import os
-import socket
 import stat
 import tempfile
 from pathlib import Path
@@ -35,7 +34,7 @@ from typing import Any, Callable, Mapping
 
 from ..bank.paths import rwx_ok
 from ..errors import AoeError
-from .result import pid_alive
+from .result import hostname, pid_alive
 
 
 def lock_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -186,7 +185,7 @@ class DeviceLock:
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 h = self.holder() or {}
                 who = f"pid {h.get('pid', '?')} of user {h.get('user', '?')}"
-                if h.get("host") and h.get("host") != socket.gethostname():
+                if h.get("host") and h.get("host") != hostname():
                     who += f" on host {h['host']}"
                 since = f" since {h['started']}" if h.get("started") else ""
                 model = f" tuning {h['model']}" if h.get("model") else ""
@@ -209,13 +208,13 @@ class DeviceLock:
             return self.acquire()
         old = self.holder()
         if old and self.notice is not None:
-            dead = old.get("host") == socket.gethostname() and not pid_alive(int(old.get("pid", 0) or 0))
+            dead = old.get("host") == hostname() and not pid_alive(int(old.get("pid", 0) or 0))
             self.notice(f"recovered the lock of device {self.device} left by pid {old.get('pid', '?')} of user "
                         f"{old.get('user', '?')}{' (no longer running)' if dead else ''}")
         self.fd = fd
         self._retries = 0
         if self.writable:
-            record = {"pid": os.getpid(), "user": _user(), "uid": os.geteuid(), "host": socket.gethostname(),
+            record = {"pid": os.getpid(), "user": _user(), "uid": os.geteuid(), "host": hostname(),
                       "started": _dt.datetime.now().isoformat(timespec="seconds"), "device": self.device,
                       "model": self.model}
             try:

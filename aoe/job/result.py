@@ -15,7 +15,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import socket
 import threading
 import time
 from pathlib import Path
@@ -275,6 +274,11 @@ def remove_stale_temps(work_dir: Path, kind: str) -> list[Path]:
     return removed
 
 
+def hostname() -> str:
+    """This host's name, as `socket.gethostname()` gives it (uname's node name; no import of `socket`)."""
+    return os.uname().nodename if hasattr(os, "uname") else __import__("socket").gethostname()
+
+
 def pid_alive(pid: int) -> bool:
     """True if a process with this pid exists (on this host)."""
     if pid <= 0:
@@ -293,7 +297,7 @@ def find_interrupted(work_dir: Path, kind: str, match: dict[str, Any]) -> tuple[
 
     A state whose process is still running on this host is not interrupted and is ignored.
     """
-    host = socket.gethostname()
+    host = hostname()
     best: tuple[str, Path, dict[str, Any]] | None = None
     for state_path in work_dir.glob(f".aoe_result_{kind}_*_pid*.json.state"):
         state = read_state(state_path)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +38,7 @@ from .inputs import check_inputs, model_bytes, selected_ops, task_name
 from .lock import DeviceLock
 from .progress import Progress, hit_lines, opat_summary, sgat_summary, skipped_entries
 from .records import TaskRecord, soc_value
-from .result import ResultFile, find_interrupted, read_journal, remove_stale_temps
+from .result import ResultFile, find_interrupted, hostname, read_journal, remove_stale_temps
 from .settings import DEFAULT_SOC, JobSettings, JobSpec, _warn, memory_note, settings_from_env
 from .signals import StopFlag
 from .verification import write_tuned_model
@@ -285,7 +284,7 @@ def _run_stoppable(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, t
         # frontends, or an in-memory graph given to the API), not for a model file tuned with --training
         _say(out, "in tune mode, training graph handled by tools.")
     state_base = {"job": dict(job_id, model=spec.describe(), mode=spec.mode, tuning_name=tuning_name),
-                  "report_key": key, "pid": os.getpid(), "host": socket.gethostname(),
+                  "report_key": key, "pid": os.getpid(), "host": hostname(),
                   "started": prev_state.get("started") or time.strftime("%Y%m%d%H%M%S"), "status": "running"}
     prev_elapsed = float(prev_state.get("elapsed_s", 0.0))
     t0 = time.perf_counter()

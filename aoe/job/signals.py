@@ -1,16 +1,21 @@
 """Stopping a job cleanly: SIGINT/SIGTERM end it between cases, a second signal or a grace period at once."""
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import sys
 import threading
-from concurrent.futures import InvalidStateError
 from typing import Any
 
 from ..errors import AoeError
 from ..safeio import env_float
+
+
+def _mp_children() -> list[Any]:
+    """multiprocessing's live children of this process; none when it was never imported (no import for it:
+    multiprocessing costs a job that starts no workers a few hundredths of a second)."""
+    mp = sys.modules.get("multiprocessing")
+    return mp.active_children() if mp is not None and hasattr(mp, "active_children") else []
 
 
 class StopFlag:
@@ -40,13 +45,15 @@ class StopFlag:
         # worker processes started by this job (not the caller's own children) may be stuck in a
         # case: end them, or the worker pool would wait for them forever
         killed = False
-        for p in multiprocessing.active_children():
+        for p in _mp_children():
             if p.pid not in self._children_before:
                 p.kill()
                 killed = True
         if killed:
             # CPython 3.11's pool manager thread then trips over the futures map() cancelled
             # (InvalidStateError in set_exception): harmless, but it would print a traceback
+            from concurrent.futures import InvalidStateError
+
             prev_hook = threading.excepthook
 
             def hook(args: Any) -> None:
@@ -80,7 +87,7 @@ class StopFlag:
     def install(self) -> None:
         """Take over SIGINT/SIGTERM (main thread only; elsewhere the caller's handlers stay)."""
         self._pid = os.getpid()
-        self._children_before = {p.pid for p in multiprocessing.active_children()}
+        self._children_before = {p.pid for p in _mp_children()}
         if threading.current_thread() is not threading.main_thread():
             return
         early = None

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import time
-from concurrent.futures.process import BrokenProcessPool
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
@@ -32,7 +32,6 @@ from .detail import case_detail
 from .report import OpatReport, OpRecord
 from .search import Budget, Measure, as_measure, simulator_measure
 from .tune import KINDS, KindGain, TuneResult, chain_steps, tune_case
-from .workers import WorkersFailed, worker_pool
 
 
 @dataclass(frozen=True)
@@ -63,16 +62,56 @@ class OpatConfig:
             raise AoeError(f"op_select_implmode must be one of {', '.join(IMPL_MODES)}, got {self.implmode!r}")
 
 
-# Starting worker processes costs about 0.2-0.3 s of CPU (a fork server importing numpy and the tuner,
-# then each worker warming its own caches), more than a short job's whole tuning: a re-run that only
-# re-tunes a few cases, or a small graph. So a job with workers tunes in its own process first and
-# hands the remaining cases to workers once this much of its CPU time has gone into tuning.
+# Starting worker processes costs CPU: a fork server (an interpreter importing numpy) and, in each
+# worker, aoe's import and its own warm caches. That is more than a short job's whole tuning (a re-run
+# that re-tunes a few cases, a small graph). So a job with workers tunes in its own process first, and
+# once this much of its CPU time has gone into tuning it estimates what is left (the cases still to
+# tune x the CPU per case so far) and starts workers only when that is worth their start-up CPU.
 INLINE_CPU_S = 0.3
+# Start-up CPU of the pool, measured on a 2-core AMD EPYC VM (bench/job_bench.py `worker_start`,
+# 2026-12-06): the fork server about 0.3 s, each worker about 0.15 s (its import of aoe and caches)
+WORKER_START_CPU_S = (0.3, 0.15)
+# workers start when the estimated work left is at least this many times their start-up CPU: then they
+# add at most a quarter to the job's CPU, and the wall time of the rest nearly divides by the workers
+WORKERS_WORTH = 4.0
+
+
+def workers_worth(cases_left: int, cpu_per_case: float, workers: int) -> bool:
+    """Whether `cases_left` cases at `cpu_per_case` CPU seconds each are worth starting `workers` workers."""
+    n = min(workers, cases_left)
+    start = WORKER_START_CPU_S[0] + n * WORKER_START_CPU_S[1]
+    return n > 1 and cases_left * cpu_per_case >= WORKERS_WORTH * start
 
 # A pluggable case executor (e.g. aoe.batch's Dask farm): an object with the `map(fn, jobs)` /
 # `shutdown(cancel_futures=)` / context-manager face of a concurrent.futures executor, returning results
 # in submission order. Set for a context (thread- and task-local), so embedding code is not affected.
 case_executor: ContextVar[Any] = ContextVar("aoe_opat_case_executor", default=None)
+
+
+class InProcess:
+    """The executor face of tuning in this process (no worker processes): `map` runs each call in this
+    thread, lazily, so a job can still stop between cases."""
+
+    def __enter__(self) -> "InProcess":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def map(self, fn: Callable[..., Any], *iterables: Iterable[Any], timeout: float | None = None,
+            chunksize: int = 1) -> Iterator[Any]:
+        return map(fn, *iterables)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        return None
+
+
+def worker_pool(workers: int) -> Any:
+    """`aoe.opat.workers.worker_pool`, imported only when workers start: multiprocessing and
+    concurrent.futures cost a job that starts none a few hundredths of a second."""
+    from .workers import worker_pool as pool
+
+    return pool(workers)
 
 
 def tune_job(args: tuple[OpCase, Soc, tuple[str, ...], Budget, str, int, int]) -> TuneResult | str:
@@ -184,6 +223,7 @@ def tune_graph(graph: Graph, soc: Soc, bank_dir: str | os.PathLike[str] | None =
     parallel = (cfg.workers > 1 or farm is not None) and user_measure is None
     # a farm (e.g. a Dask cluster) was asked for explicitly: every pending case goes to it
     inline_left = 0.0 if farm is not None else (INLINE_CPU_S if cfg.inline_s is None else cfg.inline_s)
+    inline_cpu, inline_n = 0.0, 0   # CPU and cases tuned here: the estimate of the work left
     for cid, (case, ops) in cases.items():
         if events.should_stop():
             stopped = True
@@ -230,16 +270,22 @@ def tune_graph(graph: Graph, soc: Soc, bank_dir: str | os.PathLike[str] | None =
                                                  implmode=cfg.implmode, seed=cfg.seed, threads=cfg.threads)
         except Exception as exc:  # noqa: BLE001 - one case failing must not stop the others
             result = f"{type(exc).__name__}: {exc}"
-        inline_left -= time.thread_time() - c0
+        spent = time.thread_time() - c0
+        inline_left -= spent
+        inline_cpu, inline_n = inline_cpu + spent, inline_n + 1
         finish(cid, case, entry, in_use, default_t, result)
 
     if pending_tune and not stopped:
+        # the cases left are tuned here after all when the estimate says workers would cost more CPU than
+        # they are worth (never when none was tuned here: inline_s = 0 asks for workers from the start)
+        here = farm is None and inline_n > 0 and not workers_worth(len(pending_tune), inline_cpu / inline_n,
+                                                                    cfg.workers)
         # the SoC travels by value (its native twin is rebuilt in the worker), so a what-if SoC made with
         # Soc.replace is tuned as given, not reloaded from its file
-        plain = dataclasses.replace(soc, _native=None)
+        plain = soc if here else dataclasses.replace(soc, _native=None)
         jobs = [(case, plain, tuple(cfg.kinds), budget, cfg.implmode, cfg.seed, cfg.threads)
                 for _, case, _, _, _ in pending_tune]
-        with farm if farm is not None else worker_pool(cfg.workers) as pool:
+        with farm if farm is not None else InProcess() if here else worker_pool(cfg.workers) as pool:
             # results come back in submission order, so the run is identical to a serial one
             results = _worker_results(pool, jobs, report)
             for job, (cid, case, entry, in_use, default_t), result in zip(jobs, pending_tune, results):
@@ -272,7 +318,13 @@ def _worker_results(pool: Any, jobs: list[tuple[Any, ...]], report: OpatReport) 
     """`pool.map(tune_job, jobs)`, where a worker that could not start or died raises WorkersFailed."""
     try:
         yield from pool.map(tune_job, jobs)
-    except (BrokenProcessPool, OSError) as exc:
+    except Exception as exc:
+        # BrokenProcessPool can only come from concurrent.futures.process, imported once a pool started
+        cfp = sys.modules.get("concurrent.futures.process")
+        if not isinstance(exc, OSError) and not (cfp is not None and isinstance(exc, cfp.BrokenProcessPool)):
+            raise
+        from .workers import WorkersFailed
+
         # the fork server, a fork or a pipe failed, or a worker was killed (out of memory): the job stops
         # with an error, never a quiet "incomplete" (a BrokenPipeError here is not a closed stdout)
         pool.shutdown(wait=False, cancel_futures=True)

@@ -39,9 +39,10 @@ from concurrent.futures import Executor, ProcessPoolExecutor
 from multiprocessing import context as mp_context
 from multiprocessing import forkserver as mp_forkserver
 from multiprocessing import spawn as mp_spawn
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from ..errors import AoeError
+from .graph_tune import InProcess
 
 _PR_SET_PDEATHSIG = 1
 _CTX_LOCK = threading.Lock()
@@ -206,16 +207,7 @@ def _die_with(parent_pid: int, parent_start: str | None = None) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
-class InProcess(Executor):
-    """The executor where there are no worker processes: `map` runs each call in this thread, lazily (so
-    a job can still stop between cases)."""
-
-    def map(self, fn: Callable[..., Any], *iterables: Iterable[Any], timeout: float | None = None,
-            chunksize: int = 1) -> Iterator[Any]:
-        return map(fn, *iterables)
-
-
-def worker_pool(workers: int) -> Executor:
+def worker_pool(workers: int) -> Executor | InProcess:
     """A process pool of `workers` that is thread-safe to create and never outlives this process, whose
     workers never import the caller's main module; `InProcess` (with one WorkerWarning) where there
     can be none."""
