@@ -35,12 +35,18 @@ def kernel_detail(soc: Soc, op: Any, strat: Mapping[str, int] | None, label: str
             "flops": float(out.flops[0]), "strategy": {f: int(s[f]) for f in fields}}
 
 
+_INIT_FIELDS: dict[type, tuple[str, ...]] = {}  # descriptor class -> its init fields (a record asks per case)
+
+
 def op_to_dict(op: Any) -> dict[str, Any]:
     """A simulator descriptor (MatMul, VectorOp, Conv2D, RecurrentMatMul) as plain values (`op_from_dict`
     reads it back); a recurrent kernel's per-step vector operators nest as descriptors of their own."""
-    d = {f.name: getattr(op, f.name) for f in dataclasses.fields(op) if f.init}
+    names = _INIT_FIELDS.get(type(op))
+    if names is None:
+        names = _INIT_FIELDS[type(op)] = tuple(f.name for f in dataclasses.fields(op) if f.init)
     out: dict[str, Any] = {"type": type(op).__name__}
-    for k, v in d.items():
+    for k in names:
+        v = getattr(op, k)
         if k == "step_ops":
             out[k] = [op_to_dict(x) for x in v]
         else:
@@ -81,9 +87,14 @@ def op_from_dict(d: Any) -> Any:
         raise AoeError(f"a damaged {d['type']} descriptor: {exc}") from None
 
 
+_SCALARS = frozenset((str, int, float, bool))
+
+
 def _plain(v: Any) -> Any:
     """A bank key as JSON values (tuples as lists), so the record can name the case to a bank."""
-    if isinstance(v, Mapping):
+    if v is None or type(v) in _SCALARS:   # most of a key: no isinstance against the Mapping ABC
+        return v
+    if isinstance(v, (dict, Mapping)):
         return {str(k): _plain(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
         return [_plain(x) for x in v]
