@@ -22,7 +22,10 @@ Runs (`--runs`, default all):
 - `sgat`: SGAT's fixed overhead: subgraph tuning of MobileNetV2 inference at batch 1 on Ascend910A:
   `first_run_empty_numba_cache` (a fresh NUMBA_CACHE_DIR: Numba compiles the plan evaluator; it also
   fills the OS file cache), then `cold` (empty subgraph bank) and `warm` with the evaluator cached,
-  next to `python_import_s`, the CPU time of a process that only imports `aoe.cli` (the floor of any job).
+  next to `python_import_s`, the CPU time of a process that only imports `aoe.cli` (the floor of any job);
+- `worker_start`: the start-up CPU of the OPAT worker pool (the fork server and 1 or 2 workers, each
+  importing the tuner), whole tree, the minimum of 5 runs against a process that starts none: what a
+  job's decision to start workers weighs (`aoe.opat.graph_tune.WORKER_START_CPU_S`).
 
 The jobs run with `--report off`: the tuning job itself. With matplotlib installed a job also writes
 its HTML report by default; `warm_with_report` (ResNet-50 and SGAT) is the warm job again with it, so
@@ -247,21 +250,48 @@ def sgat_run(root: Path) -> dict:
     return out
 
 
+_POOL_PROBE = """
+import sys
+import aoe.opat.graph_tune as gt
+n = int(sys.argv[1])
+if n:
+    with gt.worker_pool(n) as pool:   # each worker imports the tuner to run the probe (as for a case)
+        assert len(list(pool.map(gt.workers_worth, [1] * 2 * n, [0.0] * 2 * n, [2] * 2 * n))) == 2 * n
+"""
+
+
+def worker_start_run(root: Path, repeat: int = 5) -> dict:
+    """The start-up CPU of the worker pool (whole tree): a process that imports the tuner and starts 0, 1
+    or 2 workers that import it too; the minimum of `repeat` runs (what `WORKER_START_CPU_S` stands for)."""
+    work = root / "worker_start"
+    env = _env(work, root, None)
+    cpu: dict[int, float] = {}
+    for n in (0, 1, 2):
+        cpu[n] = min(run_timed([sys.executable, "-c", _POOL_PROBE, str(n)], work, env)["cpu_s"] for _ in range(repeat))
+    return {"import_only_cpu_s": cpu[0], "one_worker_cpu_s": round(cpu[1] - cpu[0], 3),
+            "two_workers_cpu_s": round(cpu[2] - cpu[0], 3),
+            "per_extra_worker_cpu_s": round(cpu[2] - cpu[1], 3), "min_of": repeat}
+
+
 def main() -> None:
     """Run the selected jobs and print the JSON figures."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--soc", default="Ascend910B2")
     ap.add_argument("--workers", type=int, default=None, help="TUNING_PARALLEL_NUM (default: aoe's, 8 -> CPUs)")
     ap.add_argument("--budget", type=int, default=None, help="AOE_SEARCH_BUDGET (default: aoe's, 100000)")
-    ap.add_argument("--runs", default="resnet50,bert_base,sgat")
+    ap.add_argument("--runs", default="resnet50,bert_base,sgat,worker_start")
     args = ap.parse_args()
     out: dict = {"bench": "job_bench", **machine(), "vector_flags": vector_flags(), "budget": args.budget or 100000,
                  "workers_asked": args.workers or 8, "whole_tree_cpu": _become_subreaper()}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         for name in args.runs.split(","):
-            out[name] = sgat_run(root) if name == "sgat" else opat_run(name, root, args.soc, args.budget,
-                                                                        args.workers)
+            if name == "sgat":
+                out[name] = sgat_run(root)
+            elif name == "worker_start":
+                out[name] = worker_start_run(root)
+            else:
+                out[name] = opat_run(name, root, args.soc, args.budget, args.workers)
     print(json.dumps(out))
 
 

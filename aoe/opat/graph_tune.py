@@ -68,9 +68,10 @@ class OpatConfig:
 # once this much of its CPU time has gone into tuning it estimates what is left (the cases still to
 # tune x the CPU per case so far) and starts workers only when that is worth their start-up CPU.
 INLINE_CPU_S = 0.3
-# Start-up CPU of the pool, measured on a 2-core AMD EPYC VM (bench/job_bench.py `worker_start`,
-# 2026-12-06): the fork server about 0.3 s, each worker about 0.15 s (its import of aoe and caches)
-WORKER_START_CPU_S = (0.3, 0.15)
+# Start-up CPU of the pool (fork server, each worker): bench/job_bench.py `worker_start` printed 0.36 s
+# for one worker and 0.42 s for two (2-core Intel Xeon VM, 2026-12-06 06:16 UTC, shared, load 7); each
+# worker also warms its own caches (spaces, default strategies) that the job's process already holds
+WORKER_START_CPU_S = (0.3, 0.1)
 # workers start when the estimated work left is at least this many times their start-up CPU: then they
 # add at most a quarter to the job's CPU, and the wall time of the rest nearly divides by the workers
 WORKERS_WORTH = 4.0
