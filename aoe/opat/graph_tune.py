@@ -73,8 +73,11 @@ INLINE_CPU_S = 0.3
 # worker also warms its own caches (spaces, default strategies) that the job's process already holds
 WORKER_START_CPU_S = (0.3, 0.1)
 # workers start when the estimated work left is at least this many times their start-up CPU: then they
-# add at most a quarter to the job's CPU, and the wall time of the rest nearly divides by the workers
-WORKERS_WORTH = 4.0
+# add at most a sixth to the job's CPU, and the wall time of the rest nearly divides by the workers. The
+# estimate grows with the machine's load (CPU seconds stretch on a busy machine: the 161 cases a truly
+# cold ResNet-50 b32 training job had left were estimated at 2.06 s under a load of 6 on 2 cores, just
+# over 4x the start-up of two workers), the constants do not
+WORKERS_WORTH = 6.0
 
 
 def workers_worth(cases_left: int, cpu_per_case: float, workers: int) -> bool:
