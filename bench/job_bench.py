@@ -1,6 +1,6 @@
 """Tuning-job benchmark: CPU and wall seconds of real `aoe` jobs, cold and warm. Prints one JSON object.
 
-    python bench/job_bench.py [--soc Ascend910B2] [--workers N] [--budget EVALS] [--runs a,b,...]
+    python bench/job_bench.py [--soc Ascend910B2] [--workers N] [--budget EVALS] [--runs a,b,...] [--repeat N]
 
 Every job is the real command (`python -m aoe.cli ...`, a separate process: interpreter start-up,
 graph import, result files, locks and the worker processes are all included) in a fresh temporary
@@ -14,7 +14,9 @@ Runs (`--runs`, default all):
 - `resnet50`: OPAT, ResNet-50 training graph at batch 32 (`--soc`): `cold`, the truly cold job (an
   empty custom bank and the built-in bank set aside, `--no_builtin`: every case is tuned, `hits` says
   0) with aoe's worker settings (`--workers`), against the goal of 1.5 s CPU for the whole process
-  tree; `cold_serial`, the same with `tuning_parallel_num = 1` (no worker process may start); then
+  tree; `cold_serial`, the same with `tuning_parallel_num = 1` (no worker process may start); with
+  `--repeat N` each of the two N times, alternating, each in a fresh bank (median CPU and wall, every
+  run's CPU in `cpu_s_runs`); then
   `warm`, the cold job again (every case is now a hit in the custom bank); and
   `repeat_tune_builtin_on`, a fresh empty custom bank with the built-in bank on and REPEAT_TUNE=True
   (every case tuned, also those the built-in bank holds, which still count as hits);
@@ -195,7 +197,16 @@ def _job(work: Path, argv: list[str], env: dict[str, str]) -> dict:
     return out
 
 
-def opat_run(name: str, root: Path, soc: str, budget: int | None, workers: int | None) -> dict:
+def _repeated(jobs: list[dict]) -> dict:
+    """Several runs of one job: the last run's figures with CPU and wall as the medians, every run's CPU
+    beside them (on a shared machine one run's CPU seconds stretch with the load)."""
+    cpus = sorted(j["cpu_s"] for j in jobs)
+    walls = sorted(j["wall_s"] for j in jobs)
+    return {**jobs[-1], "cpu_s": cpus[len(cpus) // 2], "wall_s": walls[len(walls) // 2], "cpu_s_min": cpus[0],
+            "cpu_s_runs": [j["cpu_s"] for j in jobs]}
+
+
+def opat_run(name: str, root: Path, soc: str, budget: int | None, workers: int | None, repeat: int = 1) -> dict:
     """The truly cold OPAT job of one model (for ResNet-50 also serial, warm, and REPEAT_TUNE with the
     built-in bank on), each in its own work path and bank."""
     model, shape, warm_too = OPAT_RUNS[name]
@@ -211,12 +222,18 @@ def opat_run(name: str, root: Path, soc: str, budget: int | None, workers: int |
         return work, env
 
     out: dict = {"model": model, "input_shape": shape, "training": True, "soc": soc}
-    # cold: an empty custom bank and the built-in bank set aside (--no_builtin): every case is tuned
-    work, env = place("cold", workers)
-    out["cold"] = _job(work, cold_argv, env)
+    # cold: an empty custom bank and the built-in bank set aside (--no_builtin): every case is tuned;
+    # `repeat` times, each in a fresh work path and bank, alternating with the serial job
+    colds, serials = [], []
+    for i in range(repeat):
+        work, env = place(f"cold{i}", workers)
+        colds.append(_job(work, cold_argv, env))
+        if warm_too:
+            serial_work, serial_env = place(f"serial{i}", 1)
+            serials.append(_job(serial_work, cold_argv, serial_env))
+    out["cold"] = _repeated(colds) if repeat > 1 else colds[0]
     if warm_too:
-        serial_work, serial_env = place("serial", 1)
-        out["cold_serial"] = _job(serial_work, cold_argv, serial_env)
+        out["cold_serial"] = _repeated(serials) if repeat > 1 else serials[0]
         time.sleep(0.01)
         out["warm"] = _job(work, cold_argv, env)       # the same job again: every case a custom-bank hit
         out["warm_with_report"] = run_timed(cold_argv[:-2] + ["--report", "on"], work, env)
@@ -280,6 +297,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=None, help="TUNING_PARALLEL_NUM (default: aoe's, 8 -> CPUs)")
     ap.add_argument("--budget", type=int, default=None, help="AOE_SEARCH_BUDGET (default: aoe's, 100000)")
     ap.add_argument("--runs", default="resnet50,bert_base,sgat,worker_start")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each cold job (medians printed; default 1)")
     args = ap.parse_args()
     out: dict = {"bench": "job_bench", **machine(), "vector_flags": vector_flags(), "budget": args.budget or 100000,
                  "workers_asked": args.workers or 8, "whole_tree_cpu": _become_subreaper()}
@@ -291,7 +309,7 @@ def main() -> None:
             elif name == "worker_start":
                 out[name] = worker_start_run(root)
             else:
-                out[name] = opat_run(name, root, args.soc, args.budget, args.workers)
+                out[name] = opat_run(name, root, args.soc, args.budget, args.workers, max(1, args.repeat))
     print(json.dumps(out))
 
 
