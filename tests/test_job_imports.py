@@ -16,12 +16,18 @@ LAZY = ("aoe.batch", "dask", "distributed", "onnx", "multiprocessing", "concurre
         "aoe.opat.workers", "aoe.sgat", "numba")
 
 
-def _loaded(code: str, cwd: Path, env: dict[str, str] | None = None) -> dict[str, bool]:
-    """Run `code` in a fresh interpreter; which of LAZY it left in sys.modules."""
+def _run_probe(code: str, cwd: Path, env: dict[str, str] | None) -> dict[str, bool]:
     probe = f"{code}\nimport json, sys\nprint(json.dumps({{m: m in sys.modules for m in {LAZY!r}}}))"
     p = subprocess.run([sys.executable, "-c", probe], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def _loaded(code: str, cwd: Path, env: dict[str, str] | None = None) -> dict[str, bool]:
+    """Run `code` in a fresh interpreter; which of LAZY it left in sys.modules that an interpreter running
+    nothing does not load already (a site hook of the environment may import some of them itself)."""
+    before = _run_probe("", cwd, env)
+    return {m: v and not before[m] for m, v in _run_probe(code, cwd, env).items()}
 
 
 def test_import_aoe_job_loads_no_optional_or_worker_module(tmp_path: Path) -> None:
