@@ -118,7 +118,8 @@ class JobSettings:
             lines = [f"device {self.device} of {self.n_devices}; work path {self.work_path}",
                      f"TE_PARALLEL_COMPILER {self.te_parallel_asked or cfg.TE_PARALLEL_DEFAULT} -> "
                      f"{self.te_parallel} simulator thread(s); TUNING_PARALLEL_NUM {self.tuning_parallel_asked} -> "
-                     f"{self.workers} worker process(es); REPEAT_TUNE={self.repeat_tune}; "
+                     f"at most {self.workers} worker process(es), started when the work left is worth it; "
+                     f"REPEAT_TUNE={self.repeat_tune}; "
                      f"op_select_implmode {self.implmode}"]
         if self.op_bank_dir is not None:
             lines.append(f"operator bank: {self.op_bank_dir}")
