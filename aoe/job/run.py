@@ -111,9 +111,24 @@ class JobResult:
         return lines
 
 
+FINGERPRINT_V = 2  # the state's "fingerprint_v": 2 = Graph.fingerprint(); absent = sha256 of to_json() (before)
+
+
 def graph_fingerprint(graph: Any) -> str:
-    """sha256 of the graph's JSON form: the identity of a job for `--reload`."""
-    return hashlib.sha256(graph.to_json().encode("utf-8")).hexdigest()
+    """The graph's identity for `--reload` (`Graph.fingerprint`: equal JSON forms, equal fingerprints)."""
+    return graph.fingerprint()
+
+
+def _find_interrupted(work_path: Path, kind: str, job_id: dict[str, Any],
+                      graph: Any) -> tuple[Path, dict[str, Any]] | None:
+    """The interrupted job to resume; a state written before the fingerprint's encoding changed (no
+    "fingerprint_v") matches by the encoding it used, which is worked out only when such a state is there."""
+    found = find_interrupted(work_path, kind, job_id)
+    old = dict(job_id, fingerprint_v=None)
+    if found is None and find_interrupted(work_path, kind, {k: old[k] for k in ("kind", "soc", "fingerprint_v")}):
+        old["fingerprint"] = hashlib.sha256(graph.to_json().encode("utf-8")).hexdigest()
+        found = find_interrupted(work_path, kind, old)
+    return found
 
 
 def load_graph(spec: JobSpec) -> Any:
@@ -254,12 +269,12 @@ def _run_stoppable(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, t
                    only: set[str] | None, out: Callable[[str], None] | None, result_file: ResultFile | None,
                    stop: StopFlag) -> JobResult:
     kind = tuner.kind
-    job_id = {"kind": kind, "fingerprint": graph_fingerprint(graph), "soc": soc.name}
+    job_id = {"kind": kind, "fingerprint": graph_fingerprint(graph), "fingerprint_v": FINGERPRINT_V, "soc": soc.name}
     prev_state: dict[str, Any] = {}
     if settings.reload:
         for tmp in remove_stale_temps(settings.work_path, kind):
             _say(out, f"--reload: removed {tmp.name}, a temp file left by a killed job")
-        found = find_interrupted(settings.work_path, kind, job_id)
+        found = _find_interrupted(settings.work_path, kind, job_id, graph)
         if found is None:
             _say(out, f"--reload: no interrupted {kind.upper()} job of {tuning_name} on {soc.name} in "
                       f"{settings.work_path}; starting a new one")
