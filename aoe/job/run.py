@@ -131,6 +131,15 @@ def _find_interrupted(work_path: Path, kind: str, job_id: dict[str, Any],
     return found
 
 
+def _on_cluster(kind: str) -> bool:
+    """True when this context sends the job's tuning to a Dask cluster (`aoe.batch.open_batch`)."""
+    if kind == "opat":
+        return case_executor.get() is not None
+    from ..sgat.tune import subgraph_executor  # an SGAT job has loaded the tuner already
+
+    return subgraph_executor.get() is not None
+
+
 def load_graph(spec: JobSpec) -> Any:
     """The graph to tune (model file, zoo model, Graph object or single-operator file)."""
     if spec.framework == "singleop" and spec.mode != 2:
@@ -333,8 +342,9 @@ def _run_stoppable(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, t
 
     write(None, False)
     _say(out, "Aoe tuning graph.")
-    # an aoe.batch run sends the operator cases to a Dask cluster: the local worker settings do not apply
-    for line in settings.describe(cluster=kind == "opat" and case_executor.get() is not None):
+    # an aoe.batch run sends the operator cases or the subgraph searches to a Dask cluster: the local
+    # device, simulator threads and worker processes do not apply
+    for line in settings.describe(cluster=kind if _on_cluster(kind) else None):
         _say(out, f"  {line}")
     progress = Progress(settings.progress, unit=tuner.unit, force=settings.progress_force)
     record = TaskRecord(rf, key, kind, {"tuning_name": tuning_name, "soc": soc_value(soc), "model": spec.record(),
