@@ -117,6 +117,19 @@ def job_env(tmp_path: Path) -> dict[str, str]:
     return isolated_environ(tmp_path)
 
 
+# --- bench helpers ------------------------------------------------------------------------------
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def load_bench_module(name: str) -> Any:
+    """bench/NAME.py as a module (a helper the benches share with the tests; bench/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(f"aoe_bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 # --- tiny models --------------------------------------------------------------------------------
 
 def tiny_onnx(path: Path, m: int = 64, k: int = 128, n: int = 256) -> Path:
