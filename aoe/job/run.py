@@ -15,7 +15,6 @@ work path and continues it in the same result file.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
 import socket
@@ -35,11 +34,12 @@ from ..opat.report import record_from_state as opat_record
 from ..ops.coverage import format_counts, skipped_log_path, write_skipped_log
 from ..soc import Soc
 from ..tuning import FAILED, INCOMPLETE, SUCCESS, Events, Report
+from .identity import find_resumable, graph_fingerprint, job_identity
 from .inputs import check_inputs, model_bytes, selected_ops, task_name
 from .lock import DeviceLock
 from .progress import Progress, hit_lines, opat_summary, sgat_summary, skipped_entries
 from .records import TaskRecord, soc_value
-from .result import ResultFile, find_interrupted, read_journal, remove_stale_temps
+from .result import ResultFile, read_journal, remove_stale_temps
 from .settings import DEFAULT_SOC, JobSettings, JobSpec, _warn, memory_note, settings_from_env
 from .signals import StopFlag
 from .verification import write_tuned_model
@@ -111,32 +111,11 @@ class JobResult:
         return lines
 
 
-FINGERPRINT_V = 2  # the state's "fingerprint_v": 2 = Graph.fingerprint(); absent = sha256 of to_json() (before)
-
-
-def graph_fingerprint(graph: Any) -> str:
-    """The graph's identity for `--reload` (`Graph.fingerprint`: equal JSON forms, equal fingerprints)."""
-    return graph.fingerprint()
-
-
-def _find_interrupted(work_path: Path, kind: str, job_id: dict[str, Any],
-                      graph: Any) -> tuple[Path, dict[str, Any]] | None:
-    """The interrupted job to resume; a state written before the fingerprint's encoding changed (no
-    "fingerprint_v") matches by the encoding it used, which is worked out only when such a state is there."""
-    found = find_interrupted(work_path, kind, job_id)
-    old = dict(job_id, fingerprint_v=None)
-    if found is None and find_interrupted(work_path, kind, {k: old[k] for k in ("kind", "soc", "fingerprint_v")}):
-        old["fingerprint"] = hashlib.sha256(graph.to_json().encode("utf-8")).hexdigest()
-        found = find_interrupted(work_path, kind, old)
-    return found
-
-
 def _on_cluster(kind: str) -> bool:
     """True when this context sends the job's tuning to a Dask cluster (`aoe.batch.open_batch`)."""
     if kind == "opat":
         return case_executor.get() is not None
     from ..sgat.tune import subgraph_executor  # an SGAT job has loaded the tuner already
-
     return subgraph_executor.get() is not None
 
 
@@ -278,12 +257,12 @@ def _run_stoppable(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, t
                    only: set[str] | None, out: Callable[[str], None] | None, result_file: ResultFile | None,
                    stop: StopFlag) -> JobResult:
     kind = tuner.kind
-    job_id = {"kind": kind, "fingerprint": graph_fingerprint(graph), "fingerprint_v": FINGERPRINT_V, "soc": soc.name}
+    job_id = job_identity(kind, graph, soc.name)
     prev_state: dict[str, Any] = {}
     if settings.reload:
         for tmp in remove_stale_temps(settings.work_path, kind):
             _say(out, f"--reload: removed {tmp.name}, a temp file left by a killed job")
-        found = _find_interrupted(settings.work_path, kind, job_id, graph)
+        found = find_resumable(settings.work_path, job_id, graph)
         if found is None:
             _say(out, f"--reload: no interrupted {kind.upper()} job of {tuning_name} on {soc.name} in "
                       f"{settings.work_path}; starting a new one")
