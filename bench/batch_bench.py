@@ -9,7 +9,7 @@ Each configuration runs in processes as a team runs them, on 127.0.0.1:
 - `serial`: the same lines and grouping as `aoe batch`, through `aoe.tune_models` without a cluster,
   in one child process (one simulator thread, no worker pool): the reference for equality and speed.
 - `workers_N`: `dask scheduler` and N x `dask worker --nthreads 1` (Dask's own command line, plain
-  tcp:// on 127.0.0.1, fresh per configuration), then `aoe batch LIST --scheduler tcp://...` as a child
+  tcp:// on 127.0.0.1, fresh per configuration: `_dask_cli.py`), then `aoe batch LIST --scheduler tcp://...` as a child
   process.
 Every process runs with one simulator thread (TE_PARALLEL_COMPILER=1) and one Numba thread: one
 process per core, as aoe/batch/README.md recommends.
@@ -32,7 +32,6 @@ import json
 import os
 import re
 import resource
-import signal
 import subprocess
 import sys
 import tempfile
@@ -165,21 +164,6 @@ def _banks(tmp: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*.json")) if p.is_file()}
 
 
-def _stop(procs: list[subprocess.Popen]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-    for p in procs:
-        try:
-            p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait(timeout=20)
-
-
 def _warm() -> None:
     """A worker's one-time start: import the tuners, load the Numba evaluator from its cache (a search)."""
     import aoe.graph
@@ -205,31 +189,17 @@ def _serial(tmp: Path, list_file: Path, budget: int, env: dict[str, str]) -> dic
 
 def _cluster(tmp: Path, list_file: Path, budget: int, env: dict[str, str], n: int) -> dict[str, Any]:
     import distributed
+    from _dask_cli import dask_cli  # the bench folder's helper (tests/test_batch_dask.py runs the same)
 
-    procs: list[subprocess.Popen] = []
     t0 = time.perf_counter()
-    try:
-        sfile = tmp / "scheduler.json"
-        common = dict(cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        procs.append(subprocess.Popen([sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1", "--port",
-                                       "0", "--no-dashboard", "--scheduler-file", str(sfile),
-                                       "--idle-timeout", "1 hour"], **common))
-        while not sfile.exists():
-            if procs[0].poll() is not None or time.perf_counter() - t0 > 300:
-                raise SystemExit("dask scheduler did not start")
-            time.sleep(0.1)
-        time.sleep(0.2)
-        address = json.loads(sfile.read_text())["address"]
-        for i in range(n):
-            procs.append(subprocess.Popen([sys.executable, "-m", "dask", "worker", address, "--host", "127.0.0.1",
-                                           "--nthreads", "1", "--nworkers", "1", "--no-dashboard", "--name",
-                                           f"w{i}", "--lifetime", "2 hours"], **common))
+    with dask_cli(tmp / "dask", n, env=env, lifetime="2 hours", start_timeout_s=300) as cluster:
+        address = cluster.address
         with distributed.Client(address, timeout="120s") as c:
             c.wait_for_workers(n, timeout=300)
             c.run(_warm)  # the workers' imports and Numba's cache loading are start-up, not batch work
         startup = time.perf_counter() - t0
-        sched = _tree(procs[0].pid)
-        workers = [_tree(p.pid) for p in procs[1:]]
+        sched = _tree(cluster.scheduler.pid)
+        workers = [_tree(p.pid) for p in cluster.workers]
         s0, w0 = _cpu_of(sched), [_cpu_of(w) for w in workers]
         c0, t1 = _children_cpu(), time.perf_counter()
         r = subprocess.run([sys.executable, "-m", "aoe.cli", "batch", str(list_file), "--scheduler", address,
@@ -240,8 +210,6 @@ def _cluster(tmp: Path, list_file: Path, budget: int, env: dict[str, str], n: in
         rss = [max(_peak_rss_mb(p) for p in w[1:] or w) for w in workers]  # the worker, under its nanny
         if r.returncode != 0:
             raise SystemExit(f"aoe batch failed ({r.returncode}):\n{r.stderr[-3000:]}")
-    finally:
-        _stop(procs)
     m = re.search(r"(\d+) distinct cases sent of (\d+) \(bank hits (\d+)\)"
                   r"(?:; (\d+) distinct subgraphs sent of (\d+))?", r.stderr)
     cases, subgraphs = (int(m.group(1)), int(m.group(4) or 0)) if m else (0, 0)

@@ -117,6 +117,41 @@ def job_env(tmp_path: Path) -> dict[str, str]:
     return isolated_environ(tmp_path)
 
 
+# --- the frontends' tests ------------------------------------------------------------------------
+
+@pytest.fixture
+def fresh_dynamo() -> Any:
+    """torch.compile's caches emptied before and after a test (a module uses it with
+    `pytest.mark.usefixtures("fresh_dynamo")`): no compiled graph or guard leaks between tests."""
+    import torch  # lazily: the torch extra
+
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def frontend_options(tmp_path: Path, budget: int, **kw: Any) -> dict[str, Any]:
+    """The keyword options of an `aoe.torch.backend` / `aoe.torch.tune` call in a test: bank (created) and work
+    path in `tmp_path`, `budget` evaluations per case, no device lock, no environment, no console output;
+    `kw` adds options or replaces these."""
+    (tmp_path / "bank").mkdir(exist_ok=True)
+    return {"bank": str(tmp_path / "bank"), "work_path": str(tmp_path / "wp"), "budget": budget, "lock": False,
+            "env": {}, "verbose": False, **kw}
+
+
+# --- bench helpers ------------------------------------------------------------------------------
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def load_bench_module(name: str) -> Any:
+    """bench/NAME.py as a module (a helper the benches share with the tests; bench/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(f"aoe_bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 # --- tiny models --------------------------------------------------------------------------------
 
 def tiny_onnx(path: Path, m: int = 64, k: int = 128, n: int = 256) -> Path:

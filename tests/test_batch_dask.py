@@ -21,7 +21,7 @@ import pytest
 import aoe
 from aoe.batch import CaseFarm, ClusterWarning, TlsFiles, parse_list
 from aoe.errors import AoeError
-from conftest import import_extra
+from conftest import import_extra, load_bench_module
 
 pytestmark = pytest.mark.extra("dask")
 distributed = import_extra("dask", "distributed")
@@ -29,6 +29,7 @@ distributed = import_extra("dask", "distributed")
 MODELS = ["zoo:mobilenet_v2", "zoo:resnet50", "zoo:bert_base"]
 BUDGET = 150
 LIFETIME = "20 minutes"   # a worker or scheduler left behind by a killed test run stops by itself
+_DASK_CLI = load_bench_module("_dask_cli")
 
 
 def _opts(**kw):
@@ -53,67 +54,12 @@ def _figures(rs) -> list:
     return [json.loads(json.dumps(r.section)) for r in rs]
 
 
-def _stop(procs: list[subprocess.Popen]) -> None:
-    """SIGTERM each process group (a worker's nanny and its worker), SIGKILL what is still there after 15 s."""
-    for p in procs:
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-    deadline = time.time() + 15
-    for p in procs:
-        try:
-            p.wait(timeout=max(0.1, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait(timeout=15)
-
-
 @contextmanager
 def dask_cli(tmp: Path, workers: int = 2, tls: tuple[str, ...] = ()) -> Iterator[str]:
-    """`dask scheduler` and `workers` x `dask worker` (one single-threaded process each, with its nanny) on
-    127.0.0.1, as a team starts them; yields the scheduler address. Ports are chosen by the OS (port 0,
-    the address read from the scheduler file); the processes run outside the source tree (cwd `tmp`) so
-    they import the installed aoe, end by themselves (idle timeout, lifetime), and are always stopped."""
-    tmp.mkdir(parents=True, exist_ok=True)
-    sfile = tmp / "scheduler.json"
-    procs: list[subprocess.Popen] = []
-    logs = []
-
-    def start(args: list[str], name: str) -> None:
-        log = open(tmp / f"{name}.log", "wb")
-        logs.append(log)
-        procs.append(subprocess.Popen([sys.executable, "-m", "dask", *args], cwd=tmp, stdout=log,
-                                      stderr=subprocess.STDOUT, start_new_session=True))
-
-    proto = ["--protocol", "tls", *tls] if tls else []
-    try:
-        start(["scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard", "--scheduler-file",
-               str(sfile), "--idle-timeout", LIFETIME, *proto], "scheduler")
-        deadline = time.time() + 120
-        while not sfile.exists() and time.time() < deadline and procs[0].poll() is None:
-            time.sleep(0.1)
-        assert sfile.exists(), (tmp / "scheduler.log").read_text()[-2000:]
-        time.sleep(0.2)  # the file is written in one go, but let a slow writer finish
-        address = json.loads(sfile.read_text())["address"]
-        for i in range(workers):
-            start(["worker", address, "--host", "127.0.0.1", "--nthreads", "1", "--nworkers", "1",
-                   "--no-dashboard", "--lifetime", LIFETIME, "--name", f"w{i}", *tls], f"worker{i}")
-        # every worker registered before a test connects (a loaded machine starts them slowly, and a
-        # test may count them): each one's log says so
-        deadline = time.time() + 180
-        while time.time() < deadline and not all(
-                b"Registered to:" in (tmp / f"worker{i}.log").read_bytes() for i in range(workers)):
-            time.sleep(0.2)
-        yield address
-    finally:
-        _stop(procs)
-        for log in logs:
-            log.close()
+    """`dask scheduler` and `workers` x `dask worker` on 127.0.0.1 (bench/_dask_cli.py, shared with the
+    batch bench), ending by themselves after LIFETIME, always stopped; yields the scheduler address."""
+    with _DASK_CLI.dask_cli(tmp, workers, tls=tls, lifetime=LIFETIME) as cluster:
+        yield cluster.address
 
 
 @pytest.fixture(scope="module")
@@ -345,10 +291,12 @@ def test_the_batch_command_end_to_end(scheduler, tmp_path, job_env):
     for r in runs:
         assert r.returncode == 0, r.stderr[-2000:]
         assert "batch: 2 of 2 models tuned successfully" in r.stderr
-        # a result line per model; no local device / worker-process header for the cluster's OPAT run
+        # a result line per model; no local device / worker-process header for the cluster's runs
         assert "batch: tiny (OPAT, Ascend910B2): tuning successful; cases " in r.stderr, r.stderr[-2000:]
         assert "batch: mobilenet_v2 (SGAT, Ascend910A): tuning successful" in r.stderr
         assert "operator cases tuned on the Dask cluster's workers" in r.stdout, r.stdout[-2000:]
+        assert "subgraph searches run on the Dask cluster's workers" in r.stdout, r.stdout[-2000:]
+        assert "device 0 of" not in r.stdout
         assert "distinct subgraphs sent of" in r.stderr
     assert runs[0].stderr.count("aoe: warning: the Dask scheduler at tcp://127.0.0.1:") == 1
     assert f"Dask: 2 worker(s) at {scheduler}" in runs[0].stderr

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from aoe.errors import AoeError
-from conftest import import_extra
+from conftest import frontend_options, import_extra
 
-pytestmark = pytest.mark.extra("torch")
+pytestmark = [pytest.mark.extra("torch"), pytest.mark.usefixtures("fresh_dynamo")]
 torch = import_extra("torch", "torch")
 
 import aoe.ops  # noqa: E402
@@ -35,19 +35,6 @@ from aoe.job.schema import validate  # noqa: E402
 from torch_models import bert_config, resnet50  # noqa: E402
 
 BUDGET = 2000
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
-def _opts(tmp_path: Path, **kw):
-    (tmp_path / "bank").mkdir(exist_ok=True)
-    return dict(bank=str(tmp_path / "bank"), work_path=str(tmp_path / "wp"), budget=BUDGET, lock=False, env={},
-                verbose=False, **kw)
 
 
 def _train(model, data, step, compiled_with=None, steps=None):
@@ -276,7 +263,7 @@ def test_bert_training_under_the_backend_equals_eager_and_every_op_is_tunable(tm
 
     model, data, step = _bert_case()
     eager, twin = copy.deepcopy(model), copy.deepcopy(model)
-    be = aoe.torch.backend(mode="op", **_opts(tmp_path))
+    be = aoe.torch.backend(mode="op", **frontend_options(tmp_path, BUDGET))
     assert _train(model, data, step, compiled_with=be) == _train(eager, data, step)
     assert [r.tuning_name for r in be.results] == ["torch_graph1_forward", "torch_graph1_backward"]
     assert all(r.status == "tuning successful" for r in be.results)
@@ -294,7 +281,7 @@ def test_bert_training_under_the_backend_equals_eager_and_every_op_is_tunable(tm
     assert {"MatMulV2", "BatchMatMulV2"} <= set(bank.op_types()) and len(list(bank.entries())) == added
 
     torch._dynamo.reset()                                  # a fresh compile, as a new training run does
-    be2 = aoe.torch.backend(mode="op", **_opts(tmp_path))
+    be2 = aoe.torch.backend(mode="op", **frontend_options(tmp_path, BUDGET))
     _train(twin, data, step, compiled_with=be2, steps=1)
     assert [r.tuning_name for r in be2.results] == ["torch_graph1_forward", "torch_graph1_backward"]
     assert be2.result_file != be.result_file
@@ -306,7 +293,7 @@ def test_bert_training_under_the_backend_equals_eager_and_every_op_is_tunable(tm
 @pytest.mark.extra("torch-test")
 def test_bert_under_subgraph_tuning_on_ascend910a(tmp_path: Path) -> None:
     model, data, step = _bert_case()
-    be = aoe.torch.backend(mode=1, soc_version="Ascend910A", **_opts(tmp_path))
+    be = aoe.torch.backend(mode=1, soc_version="Ascend910A", **frontend_options(tmp_path, BUDGET))
     _train(model, data, step, compiled_with=be, steps=1)
     assert [r.kind for r in be.results] == ["sgat", "sgat"]
     validate(json.loads(be.result_file.read_text()), "sgat")
@@ -327,7 +314,7 @@ class _Breaks(torch.nn.Module):
 
 
 def test_a_graph_break_tunes_each_graph_and_is_reported(tmp_path: Path) -> None:
-    be = aoe.torch.backend(mode="op", **_opts(tmp_path))
+    be = aoe.torch.backend(mode="op", **frontend_options(tmp_path, BUDGET))
     m = _Breaks()
     with pytest.warns(UserWarning, match="graph break"):
         torch.compile(m, backend=be)(torch.randn(16, 32)).backward()
@@ -339,7 +326,7 @@ def test_a_graph_break_tunes_each_graph_and_is_reported(tmp_path: Path) -> None:
 
 
 def test_symbolic_recompilation_is_reported_and_still_runs(tmp_path: Path) -> None:
-    be = aoe.torch.backend(mode="op", **_opts(tmp_path))
+    be = aoe.torch.backend(mode="op", **frontend_options(tmp_path, BUDGET))
     f = torch.compile(lambda x: torch.relu(x @ x.T), backend=be, dynamic=True)
     x = torch.randn(8, 16)
     with pytest.warns(UserWarning, match=r"not tuned: .*symbolic"):
@@ -356,7 +343,7 @@ def test_a_new_static_shape_is_a_new_graph_tuned_into_the_bank(tmp_path: Path) -
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 16))
-    be = aoe.torch.backend(mode="op", **_opts(tmp_path))
+    be = aoe.torch.backend(mode="op", **frontend_options(tmp_path, BUDGET))
     f = torch.compile(model, backend=be, dynamic=False)
     with torch.no_grad():
         for n in (16, 48):
@@ -376,7 +363,7 @@ def test_a_new_static_shape_is_a_new_graph_tuned_into_the_bank(tmp_path: Path) -
     assert mm == [(16, 64, 128), (16, 128, 16), (48, 64, 128), (48, 128, 16)]
 
     torch._dynamo.reset()
-    be_default = aoe.torch.backend(mode="op", **_opts(tmp_path))
+    be_default = aoe.torch.backend(mode="op", **frontend_options(tmp_path, BUDGET))
     g = torch.compile(model, backend=be_default)
     with torch.no_grad():
         g(torch.randn(16, 64))
@@ -389,7 +376,7 @@ def test_a_new_static_shape_is_a_new_graph_tuned_into_the_bank(tmp_path: Path) -
 def test_a_tune_ops_file_limits_what_the_backend_tunes(tmp_path: Path) -> None:
     ops = tmp_path / "ops.json"
     ops.write_text(json.dumps({"tune_ops_type": ["MatMulV2"]}))
-    be = aoe.torch.backend(mode="op", aoe_config_file=str(ops), **_opts(tmp_path))
+    be = aoe.torch.backend(mode="op", aoe_config_file=str(ops), **frontend_options(tmp_path, BUDGET))
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 16))
     torch.compile(model, backend=be)(torch.randn(32, 64)).sum().backward()
     for r in be.results:
@@ -415,12 +402,12 @@ def test_tune_a_training_step_without_a_loop(tmp_path: Path) -> None:
     x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
     before = [p.detach().clone() for p in model.parameters()]
     r = aoe.torch.tune(model, (x,), loss_fn=torch.nn.functional.cross_entropy, targets=(y,), mode="op",
-                       **_opts(tmp_path))
+                       **frontend_options(tmp_path, BUDGET))
     assert r.status == "tuning successful" and r.section["repo_summary"]["repo_add_num"] > 0
     validate(json.loads(Path(r.result_file).read_text()), "opat")
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))   # nothing was trained
     r2 = aoe.torch.tune(model, (x,), loss_fn=torch.nn.functional.cross_entropy, targets=(y,), mode="op",
-                        **_opts(tmp_path))
+                        **frontend_options(tmp_path, BUDGET))
     assert r2.section["repo_summary"]["repo_add_num"] == 0
 
 
@@ -446,7 +433,7 @@ def test_a_compiled_adam_step_becomes_apply_adam_per_parameter(tmp_path: Path) -
     model = torch.nn.Linear(16, 8)
     model(torch.randn(4, 16)).sum().backward()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=True)
-    be = aoe.torch.backend(mode="op", **_opts(tmp_path))
+    be = aoe.torch.backend(mode="op", **frontend_options(tmp_path, BUDGET))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")        # dynamo's note that it ignores the profiler markers
         torch.compile(opt.step, backend=be)()

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import import_extra
+from conftest import frontend_options, import_extra
 
-pytestmark = pytest.mark.extra("torch")
+pytestmark = [pytest.mark.extra("torch"), pytest.mark.usefixtures("fresh_dynamo")]
 torch = import_extra("torch", "torch")
 
 import aoe.torch  # noqa: E402
@@ -30,19 +30,7 @@ from aoe.opat.tune import tune_case  # noqa: E402
 from aoe.soc import load_soc  # noqa: E402
 
 RECURRENT = {"DynamicRNN", "DynamicRNNGrad", "DynamicGRUV2", "DynamicGRUV2Grad"}
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
-def _opts(tmp_path: Path, **kw):
-    (tmp_path / "bank").mkdir(exist_ok=True)
-    return dict(bank=str(tmp_path / "bank"), work_path=str(tmp_path / "wp"), budget=300, lock=False, env={},
-                verbose=False, **kw)
+BUDGET = 300
 
 
 class _Seq(torch.nn.Module):
@@ -138,7 +126,7 @@ def test_the_recurrent_kernel_model_prices_sequential_steps_and_tuning_sticks() 
 
 def test_a_torch_compiled_lstm_says_dynamo_declined_it(tmp_path: Path) -> None:
     model = torch.nn.LSTM(11, 13)      # sizes no other test uses: the warning is once per module
-    be = aoe.torch.backend(mode="op", **_opts(tmp_path))
+    be = aoe.torch.backend(mode="op", **frontend_options(tmp_path, BUDGET))
     with pytest.warns(UserWarning, match=r"did not capture LSTM\(11, 13\): dynamo declines RNN, GRU and LSTM"):
         torch.compile(model, backend=be)(torch.randn(4, 2, 11))
     assert be.graphs == []             # it really never reached the backend
@@ -159,10 +147,10 @@ def test_backend_by_name_says_it_too_in_a_fresh_process(tmp_path: Path) -> None:
 def test_tune_reaches_the_recurrent_model_dynamo_declines(tmp_path: Path) -> None:
     torch.manual_seed(0)
     model = _Seq()
-    r = aoe.torch.tune(model, (torch.randn(2, 5, 12),), loss_fn=lambda o: o.sum(), mode="op", **_opts(tmp_path))
+    r = aoe.torch.tune(model, (torch.randn(2, 5, 12),), loss_fn=lambda o: o.sum(), mode="op", **frontend_options(tmp_path, BUDGET))
     tuned = {op["op_type"] for op in r.section["repo_modified_operators"]}
     assert RECURRENT <= tuned, tuned   # every recurrent operator was tuned and added to the bank
-    r2 = aoe.torch.tune(model, (torch.randn(2, 5, 12),), loss_fn=lambda o: o.sum(), mode="op", **_opts(tmp_path))
+    r2 = aoe.torch.tune(model, (torch.randn(2, 5, 12),), loss_fn=lambda o: o.sum(), mode="op", **frontend_options(tmp_path, BUDGET))
     assert r2.section["repo_summary"]["repo_add_num"] == 0 and r2.section["repo_summary"]["repo_hit_num"] > 0
 
 
@@ -173,7 +161,7 @@ def _compiled_step(tmp_path: Path, cls, **kw):
     model(torch.randn(4, 16)).sum().backward()
     opt = cls(model.parameters(), lr=1e-3, **kw)
     opt.step()                          # the state exists: the steady-state step is compiled
-    be = aoe.torch.backend(mode="op", **_opts(tmp_path))
+    be = aoe.torch.backend(mode="op", **frontend_options(tmp_path, BUDGET))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # dynamo's note on the profiler markers
         torch.compile(opt.step, backend=be)()
@@ -219,7 +207,7 @@ def test_a_compiled_fused_step_says_dynamo_declined_it(tmp_path: Path) -> None:
     model = torch.nn.Linear(5, 3)
     model(torch.randn(2, 5)).sum().backward()
     opt = torch.optim.AdamW(model.parameters(), fused=True)
-    be = aoe.torch.backend(mode="op", **_opts(tmp_path))
+    be = aoe.torch.backend(mode="op", **frontend_options(tmp_path, BUDGET))
     with pytest.warns(UserWarning, match="fused optimizer step"):
         torch.compile(opt.step, backend=be)()
 
@@ -259,9 +247,9 @@ def test_inplace_dropout_tril_and_scatters_convert_and_are_priced() -> None:
 def test_the_builtin_switch_in_the_torch_and_keras_doors(tmp_path: Path) -> None:
     from aoe.tf import session
 
-    be = aoe.torch.backend(mode="op", builtin=False, **_opts(tmp_path))
+    be = aoe.torch.backend(mode="op", builtin=False, **frontend_options(tmp_path, BUDGET))
     assert be._settings(2)[0].builtin is False
-    assert aoe.torch.backend(mode="op", **_opts(tmp_path))._settings(2)[0].builtin is True
+    assert aoe.torch.backend(mode="op", **frontend_options(tmp_path, BUDGET))._settings(2)[0].builtin is True
     with pytest.raises(AoeError, match="builtin must be True or False"):
         aoe.torch.backend(builtin="no")
     s = session.resolve({"aoe_mode": 2, "builtin": False}, env={})   # TuneCallback({...})'s options
@@ -269,5 +257,5 @@ def test_the_builtin_switch_in_the_torch_and_keras_doors(tmp_path: Path) -> None
     with pytest.raises(AoeError, match="'builtin' must be True or False"):
         session.resolve({"aoe_mode": 2, "builtin": "off"}, env={})
     model = torch.nn.Linear(8, 4)
-    r = aoe.torch.tune(model, (torch.randn(2, 8),), mode="op", builtin=False, **_opts(tmp_path))
+    r = aoe.torch.tune(model, (torch.randn(2, 8),), mode="op", builtin=False, **frontend_options(tmp_path, BUDGET))
     assert r.status == "tuning successful"

@@ -153,3 +153,66 @@ def test_summary_survives_malformed_ops():
     g.ops[1] = Op("act", "MaxPool", ["y"], ["z"], {"ksize": ["a", None]})
     s = g.summary()
     assert s["total_macs"] == 0
+
+
+def _variants(g: Graph) -> list[Graph]:
+    """Graphs differing from `g` in one field of the JSON form (or in none: the last two)."""
+    def copy() -> Graph:
+        return Graph.from_json(g.to_json())
+    out = []
+    for field, value in (("name", g.name + "x"), ("batch_size", g.batch_size + 1), ("training", not g.training),
+                         ("compute_dtype", "float32" if g.compute_dtype == "float16" else "float16"),
+                         ("inputs", g.inputs[::-1]), ("outputs", g.outputs + g.inputs[:1]),
+                         ("unsupported", g.unsupported + [{"op": "o", "onnx_type": "X", "reason": "r"}])):
+        c = copy()
+        setattr(c, field, value)
+        out.append(c)
+    c = copy()
+    op = c.ops[-1]
+    c.ops[-1] = Op(op.name, op.type, op.inputs, op.outputs, dict(op.attrs, extra=1))  # a replaced operator
+    out.append(c)
+    c = copy()
+    c.ops[0], c.ops[-1] = c.ops[-1], c.ops[0]                                            # the order
+    out.append(c)
+    c = copy()
+    last = list(c.tensors)[-1]
+    t = c.tensors[last]
+    c.tensors = dict(c.tensors, **{last: Tensor(t.name, t.shape + (1,), t.dtype, t.format, t.kind)})  # a shape
+    out.append(c)
+    c = copy()
+    c.tensors = dict(reversed(list(c.tensors.items())))                                  # the tensors' order
+    out.append(c)
+    out.append(copy())                                   # the same JSON form
+    c = copy()
+    c.ops[-1] = Op(op.name, op.type, tuple(op.inputs), op.outputs, {k: v for k, v in op.attrs.items()})
+    out.append(c)                                        # the same values, other Python containers
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(random_graphs())
+def test_fingerprint_is_equal_exactly_when_the_json_form_is(g):
+    """The identity --reload and the batch's SGAT partitions use: what changes to_json() changes it."""
+    text, fp = g.to_json(), g.fingerprint()
+    assert len(fp) == 64 and g.fingerprint() == fp
+    for v in _variants(g):
+        assert (v.fingerprint() == fp) == (v.to_json() == text), v.to_json()
+
+
+def test_fingerprint_encodes_the_graph_once_per_revision(monkeypatch):
+    """Asked again (the job, then the batch's SGAT lookups) it costs no second pass over the graph."""
+    import aoe.graph.ir as ir
+
+    calls = []
+    body = ir._fingerprint_body
+    monkeypatch.setattr(ir, "_fingerprint_body", lambda graph: calls.append(1) or body(graph))
+    g = small_mlp_ir()
+    first = g.fingerprint()
+    assert g.fingerprint() == first and len(calls) == 1
+    g.name = "other"                       # a header field: seen at once, no pass over the operators
+    assert g.fingerprint() != first and len(calls) == 1
+    g.name = "mlp"
+    assert g.fingerprint() == first
+    g.ops.append(Op("act2", "Relu", ["z"], ["z2"]))
+    g.tensors = dict(g.tensors, z2=Tensor("z2", (4, 3), "float16"))
+    assert g.fingerprint() != first and len(calls) == 2

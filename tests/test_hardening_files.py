@@ -165,9 +165,44 @@ def test_malformed_reload_state_files_are_ignored(env, state):
     from aoe.job.run import graph_fingerprint
 
     g = _graph("net")
-    job = json.dumps({"kind": "opat", "fingerprint": graph_fingerprint(g), "soc": "Ascend910B2"})
+    job = json.dumps({"kind": "opat", "fingerprint": graph_fingerprint(g), "fingerprint_v": 2, "soc": "Ascend910B2"})
     state = state.replace('"job": {}', f'"job": {job}')   # the same job: only its damaged fields differ
     (env / ".aoe_result_opat_20260101000000000_pid1.json.state").write_text(state, encoding="latin-1")
     (env / "aoe_result_opat_20260101000000000_pid1.json").write_text("{}")
     r = aoe.tune(g, options=aoe.TuneOptions(budget=200, reload=True))
     assert r.status == "tuning successful" and r.result_file.name != "aoe_result_opat_20260101000000000_pid1.json"
+
+
+def _forge_interrupted(work: Path, job: dict) -> Path:
+    """An interrupted OPAT job's result file and resume state (no finished case) in `work`."""
+    result = work / "aoe_result_opat_20260101000000000_pid1.json"
+    result.write_text("{}")
+    state = {"version": 1, "pid": 1, "report_key": "report_20260101000000000_1", "job": job, "done": [],
+             "result_file": result.name, "started": "20260101000000", "status": "interrupted"}
+    (work / f".{result.name}.state").write_text(json.dumps(state))
+    return result
+
+
+@pytest.mark.parametrize("same_graph", [True, False])
+def test_a_state_written_before_the_fingerprint_changed_still_resumes(env, same_graph):
+    """An interrupted job of an older aoe (its state names the graph by the sha256 of to_json(), no
+    "fingerprint_v") is resumed by --reload when the graph is the same, and not otherwise."""
+    import hashlib
+
+    g = _graph("net")
+    other = _graph("other")
+    old = hashlib.sha256((g if same_graph else other).to_json().encode("utf-8")).hexdigest()
+    result = _forge_interrupted(env, {"kind": "opat", "fingerprint": old, "soc": "Ascend910B2"})
+    r = aoe.tune(g, options=aoe.TuneOptions(budget=200, reload=True))
+    assert r.status == "tuning successful" and (r.result_file == result) == same_graph
+
+
+def test_a_tuning_job_never_serialises_the_whole_graph(env, monkeypatch):
+    """The job's identity (and a --reload that finds only its own kind of state) costs no to_json()."""
+    from aoe.graph import Graph
+
+    g = _graph("net")
+    monkeypatch.setattr(Graph, "to_json", lambda self, indent=None: pytest.fail("the job serialised the graph"))
+    first = aoe.tune(g, options=aoe.TuneOptions(budget=200))
+    again = aoe.tune(g, options=aoe.TuneOptions(budget=200, reload=True))
+    assert first.status == again.status == "tuning successful"

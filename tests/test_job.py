@@ -699,3 +699,32 @@ def test_result_file_rewrite_reuses_encoded_tasks_byte_for_byte(tmp_path):
     rf.write()
     assert rf.path.read_text(encoding="utf-8") == json.dumps(rf.reports, indent=4, ensure_ascii=False) + "\n"
     assert json.loads(rf.path.read_text(encoding="utf-8"))[k1][0]["basic"]["tuning_name"] == "m1 again"
+
+
+@pytest.mark.parametrize("on_cluster", [False, True])
+def test_an_sgat_job_header_says_where_its_searches_run(env, capsys, on_cluster):
+    """On a cluster (aoe.batch sets the subgraph executor) SGAT's searches run on its workers: the header
+    names them instead of the local device, simulator threads and worker processes."""
+    from aoe.sgat.search import search
+    from aoe.sgat.tune import subgraph_executor
+
+    class Farm:     # the face aoe.batch's CaseFarm gives SGAT; this one searches here
+        searched = 0
+
+        def prepared(self, graph, soc):
+            return None
+
+        def search(self, soc, case, method):
+            Farm.searched += 1
+            return search(case.rd, method)
+
+    token = subgraph_executor.set(Farm() if on_cluster else None)
+    try:
+        r = aoe.tune("zoo:mobilenet_v2", mode="subgraph", soc="Ascend910A",
+                     options=aoe.TuneOptions(lock=False, verbose=True))
+    finally:
+        subgraph_executor.reset(token)
+    out = capsys.readouterr().out
+    assert r.status == "tuning successful" and (Farm.searched > 0) == on_cluster
+    assert ("subgraph searches run on the Dask cluster's workers" in out) == on_cluster, out
+    assert ("device 0 of" in out and "worker process(es)" in out) != on_cluster, out

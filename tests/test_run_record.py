@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from conftest import import_extra, isolated_environ
+from conftest import frontend_options, import_extra, isolated_environ
 
 import aoe
 import aoe.tuning
@@ -162,9 +162,7 @@ def test_report_of_a_torch_compile_run_and_this_run_hits(tmp_path: Path, capsys:
     torch = import_extra("torch", "torch")
     import aoe.torch
 
-    (tmp_path / "bank").mkdir()
-    be = aoe.torch.backend(mode="op", bank=str(tmp_path / "bank"), work_path=str(tmp_path / "wp"), budget=BUDGET,
-                           lock=False, env={"AOE_BUILTIN_BANK": "off"}, verbose=False)
+    be = aoe.torch.backend(mode="op", **frontend_options(tmp_path, BUDGET, env={"AOE_BUILTIN_BANK": "off"}))
     torch._dynamo.reset()
     try:
         # square layers without bias: the backward graph's grad-input matmul is the forward's case

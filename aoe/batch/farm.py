@@ -63,11 +63,6 @@ def subgraph_key(soc: Soc, repo_key: str, rd: Any, method: str) -> tuple[Any, ..
     return ("sgat", soc.name, soc.cube_cores, repo_key, method, h.hexdigest())
 
 
-def _fingerprint(graph: Any) -> str:
-    """sha256 of the graph's JSON form (as the job's resume identity)."""
-    return hashlib.sha256(graph.to_json().encode("utf-8")).hexdigest()
-
-
 _malloc_lock = threading.Lock()
 _malloc_done = False
 
@@ -232,7 +227,7 @@ class CaseFarm:
         check_soc(soc)
         prep = prepare(graph, soc)
         with self._lock:
-            self._prepared[(_fingerprint(graph), soc.name, soc.cube_cores)] = prep
+            self._prepared[(graph.fingerprint(), soc.name, soc.cube_cores)] = prep
         bank = SubgraphBank(settings.subgraph_bank_dir) if settings.subgraph_bank_dir is not None else None
         builtin = builtin_subgraph_bank(soc) if bank is not None and settings.builtin else None
         method = SgatConfig().method  # the job's: its settings choose no other
@@ -374,7 +369,7 @@ class CaseFarm:
         if not self._prepared:
             return None
         with self._lock:
-            return self._prepared.get((_fingerprint(graph), soc.name, soc.cube_cores))
+            return self._prepared.get((graph.fingerprint(), soc.name, soc.cube_cores))
 
     def search(self, soc: Soc, case: Any, method: str) -> Any:
         """What `aoe.sgat.search.search(case.rd, method)` returns, computed on the cluster."""

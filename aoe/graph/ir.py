@@ -7,6 +7,7 @@ model's type kept as the ``onnx_type`` attribute.
 """
 from __future__ import annotations
 
+import hashlib
 import heapq
 import json
 import math
@@ -32,6 +33,8 @@ DTYPE_SIZE: dict[str, int] = {
 JSON_FORMAT = "aoe.graph"
 _OP_TYPE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 JSON_VERSION = 1
+# the JSON form's encoder (to_json's settings): the fingerprint encodes the same values with it
+_JSON = json.JSONEncoder(ensure_ascii=True, allow_nan=False)
 
 
 def _norm_attr(value: Any) -> Any:
@@ -166,6 +169,15 @@ del _name
 
 _TRACKED = frozenset({"ops", "outputs"})
 _MEMOS = frozenset({"_links", "_memos"})   # derived data kept in a graph's __dict__ (never pickled)
+
+
+def _fingerprint_body(graph: "Graph") -> bytes:
+    """sha256 of the tensors and operators in the JSON form's values, one array per field (`Graph.fingerprint`)."""
+    ts, ops = graph.tensors.values(), graph.ops
+    columns = [[t.name for t in ts], [t.shape for t in ts], [t.dtype for t in ts], [t.format for t in ts],
+               [t.kind for t in ts], [o.name for o in ops], [o.type for o in ops], [o.inputs for o in ops],
+               [o.outputs for o in ops], [o.attrs for o in ops]]
+    return hashlib.sha256(_JSON.encode(columns).encode("ascii")).digest()
 
 
 class Links(NamedTuple):
@@ -319,6 +331,25 @@ class Graph:
     def to_json(self, indent: int | None = None) -> str:
         """The JSON form; ``Graph.from_json(g.to_json()) == g`` and re-serialising gives the same text."""
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=True, allow_nan=False)
+
+    def fingerprint(self) -> str:
+        """sha256 hex digest identifying the JSON form: equal JSON forms, equal fingerprints; any other
+        difference in a field of the form (a name, a shape, an attribute, the order) gives another.
+
+        What `to_json` holds, encoded by the same JSON encoder, but each field of the tensors and of the
+        operators as one array over all of them (no dict per object, no keys: a fraction of `to_json`'s
+        cost). The header fields are encoded at every call, the tensors and operators once per graph
+        revision (`memo`): as for the catalogue's cases, which the tuners read from that memo, an `Op` or
+        `Tensor` changed in place is not seen (replace the operator in `ops`, the `tensors` dict by a new one).
+        """
+        # JSON text holds no raw newline: the header and the body are told apart without a length
+        head = _JSON.encode([JSON_FORMAT, JSON_VERSION, self.name, self.batch_size, self.compute_dtype,
+                             self.training, self.inputs, self.outputs, _norm_attr(self.unsupported)])
+        memo = self.memo("graph.fingerprint")
+        body = memo.get("body")
+        if body is None:
+            body = memo["body"] = _fingerprint_body(self)
+        return hashlib.sha256(head.encode("ascii") + b"\n" + body).hexdigest()
 
     @classmethod
     def from_dict(cls, data: Any) -> "Graph":

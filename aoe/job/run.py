@@ -15,7 +15,6 @@ work path and continues it in the same result file.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
 import time
@@ -34,11 +33,12 @@ from ..opat.report import record_from_state as opat_record
 from ..ops.coverage import format_counts, skipped_log_path, write_skipped_log
 from ..soc import Soc
 from ..tuning import FAILED, INCOMPLETE, SUCCESS, Events, Report
+from .identity import find_resumable, graph_fingerprint, job_identity
 from .inputs import check_inputs, model_bytes, selected_ops, task_name
 from .lock import DeviceLock
 from .progress import Progress, hit_lines, opat_summary, sgat_summary, skipped_entries
 from .records import TaskRecord, soc_value
-from .result import ResultFile, find_interrupted, hostname, read_journal, remove_stale_temps
+from .result import ResultFile, hostname, read_journal, remove_stale_temps
 from .settings import DEFAULT_SOC, JobSettings, JobSpec, _warn, memory_note, settings_from_env
 from .signals import StopFlag
 from .verification import write_tuned_model
@@ -110,9 +110,12 @@ class JobResult:
         return lines
 
 
-def graph_fingerprint(graph: Any) -> str:
-    """sha256 of the graph's JSON form: the identity of a job for `--reload`."""
-    return hashlib.sha256(graph.to_json().encode("utf-8")).hexdigest()
+def _on_cluster(kind: str) -> bool:
+    """True when this context sends the job's tuning to a Dask cluster (`aoe.batch.open_batch`)."""
+    if kind == "opat":
+        return case_executor.get() is not None
+    from ..sgat.tune import subgraph_executor  # an SGAT job has loaded the tuner already
+    return subgraph_executor.get() is not None
 
 
 def load_graph(spec: JobSpec) -> Any:
@@ -253,12 +256,12 @@ def _run_stoppable(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, t
                    only: set[str] | None, out: Callable[[str], None] | None, result_file: ResultFile | None,
                    stop: StopFlag) -> JobResult:
     kind = tuner.kind
-    job_id = {"kind": kind, "fingerprint": graph_fingerprint(graph), "soc": soc.name}
+    job_id = job_identity(kind, graph, soc.name)
     prev_state: dict[str, Any] = {}
     if settings.reload:
         for tmp in remove_stale_temps(settings.work_path, kind):
             _say(out, f"--reload: removed {tmp.name}, a temp file left by a killed job")
-        found = find_interrupted(settings.work_path, kind, job_id)
+        found = find_resumable(settings.work_path, job_id, graph)
         if found is None:
             _say(out, f"--reload: no interrupted {kind.upper()} job of {tuning_name} on {soc.name} in "
                       f"{settings.work_path}; starting a new one")
@@ -317,8 +320,9 @@ def _run_stoppable(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, t
 
     write(None, False)
     _say(out, "Aoe tuning graph.")
-    # an aoe.batch run sends the operator cases to a Dask cluster: the local worker settings do not apply
-    for line in settings.describe(cluster=kind == "opat" and case_executor.get() is not None):
+    # an aoe.batch run sends the operator cases or the subgraph searches to a Dask cluster: the local
+    # device, simulator threads and worker processes do not apply
+    for line in settings.describe(cluster=kind if _on_cluster(kind) else None):
         _say(out, f"  {line}")
     progress = Progress(settings.progress, unit=tuner.unit, force=settings.progress_force)
     record = TaskRecord(rf, key, kind, {"tuning_name": tuning_name, "soc": soc_value(soc), "model": spec.record(),
