@@ -727,4 +727,7 @@ def test_an_sgat_job_header_says_where_its_searches_run(env, capsys, on_cluster)
     out = capsys.readouterr().out
     assert r.status == "tuning successful" and (Farm.searched > 0) == on_cluster
     assert ("subgraph searches run on the Dask cluster's workers" in out) == on_cluster, out
-    assert ("device 0 of" in out and "worker process(es)" in out) != on_cluster, out
+    assert ("device 0 of" in out) != on_cluster, out
+    # SGAT uses neither the simulator threads nor worker processes, here or there: the header says what it uses
+    assert "worker process(es)" not in out and "simulator thread(s)" not in out, out
+    assert ("priced by the Numba-jitted evaluator in this process" in out) != on_cluster, out

@@ -322,11 +322,12 @@ def _run_stoppable(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, t
     _say(out, "Aoe tuning graph.")
     # an aoe.batch run sends the operator cases or the subgraph searches to a Dask cluster: the local
     # device, simulator threads and worker processes do not apply
-    for line in settings.describe(cluster=kind if _on_cluster(kind) else None):
+    header = settings.describe(kind, cluster=_on_cluster(kind))
+    for line in header:
         _say(out, f"  {line}")
     progress = Progress(settings.progress, unit=tuner.unit, force=settings.progress_force)
     record = TaskRecord(rf, key, kind, {"tuning_name": tuning_name, "soc": soc_value(soc), "model": spec.record(),
-                                        "options": settings.pricing_options(kind), "settings": settings.describe()})
+                                        "options": settings.pricing_options(kind), "settings": header})
     events = _JobEvents(progress, stop, write, record)
     report = None
     try:

@@ -108,16 +108,20 @@ class JobSettings:
         return {"implmode": self.implmode, "builtin": self.builtin, "repeat_tune": self.repeat_tune,
                 "budget": self.budget, "bank_dir": str(bank) if bank is not None else None}
 
-    def describe(self, cluster: str | None = None) -> list[str]:
-        """The job's settings as header lines; `cluster`: the kind of job ("opat" | "sgat") whose tuning
-        goes to a Dask cluster (aoe.batch), None for a local job."""
-        if cluster == "opat":   # the local device, threads and worker processes do not apply there
+    def describe(self, kind: str = "opat", cluster: bool = False) -> list[str]:
+        """The job's settings as header lines, naming only what a `kind` ("opat" | "sgat") job uses;
+        `cluster`: its tuning goes to a Dask cluster (aoe.batch), where the local device does not apply."""
+        if cluster and kind == "opat":
             lines = [f"work path {self.work_path}",
                      f"operator cases tuned on the Dask cluster's workers; REPEAT_TUNE={self.repeat_tune}; "
                      f"op_select_implmode {self.implmode}"]
-        elif cluster == "sgat":  # the client partitions and prices the graph; the searches run remotely
+        elif cluster:   # the client partitions and prices the graph; the searches run remotely
             lines = [f"work path {self.work_path}",
                      f"subgraph searches run on the Dask cluster's workers; REPEAT_TUNE={self.repeat_tune}"]
+        elif kind == "sgat":    # neither simulator threads nor worker processes: the jitted evaluator's threads
+            lines = [f"device {self.device} of {self.n_devices}; work path {self.work_path}",
+                     f"subgraph plans priced by the Numba-jitted evaluator in this process; "
+                     f"REPEAT_TUNE={self.repeat_tune}"]
         else:
             lines = [f"device {self.device} of {self.n_devices}; work path {self.work_path}",
                      f"TE_PARALLEL_COMPILER {self.te_parallel_asked or cfg.TE_PARALLEL_DEFAULT} -> "
