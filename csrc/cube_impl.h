@@ -99,16 +99,34 @@ AOE_INLINE typename L::D task_cycles(const Task<L>& t, typename L::D* fill_out) 
 // A matmul-layout strategy (the 23 MatMulV3TunnerTiling fields) on a Cube problem.
 // `Full` (one row only): fill *out with the whole Result; otherwise only the time and the reason.
 // `reason0`: lanes already rejected (by a conv's own rules) keep that reason.
-template <class L, bool Full>
+// `Cv` (0 for a matmul): the row is a conv's mapping (conv_impl.h), which turns L2 tiling off and whose
+// usedCoreNum is clamped here to the task count (cores beyond the blocks the split produces stay idle),
+// so the rule against idle cores cannot fail; 1 = forward or dx, which also fix stepN = 1 and
+// singleCoreK = K, 2 = dW. What those fixed fields would compute is skipped; where the general code
+// would compute the same value another way, the comment says why it is the same.
+template <class L, bool Full, int Cv = 0>
 AOE_INLINE Priced<L> cube_eval_g(const SoC& s, const CubeProblem& p, const CubePrep& c, const MmRow<L>& f,
                                  const CubeScales<L>& sc, typename L::I reason0, Result* out) {
     using I = typename L::I;
     using D = typename L::D;
     using Mk = typename L::M;  // a mask (M is the problem's M)
     static_assert(!Full || L::W == 1, "the full result is computed one row at a time");
+    constexpr bool Conv = Cv != 0, StN1 = Cv == 1;
     const D zero = splat<D>(0.0), one = splat<D>(1.0);
     I reason = reason0;
-    const I uc = f.uc, sM = f.sM, sN = f.sN, sK = f.sK, bM = f.bM, bN = f.bN, bK = f.bK, dA = f.dA, dB = f.dB;
+    const int64_t batch = c.batch;
+    const I M = splat<I>(p.M), N = splat<I>(p.N), K = splat<I>(p.K);
+    // blocks of each dimension, and tasks (a matmul: once the domain rule holds, below)
+    I mB, nB, kB, per_batch, tasks;
+#define AOE_BLOCKS()                                                                   \
+    do {                                                                               \
+        mB = ceil_div(M, f.sM), nB = ceil_div(N, f.sN);                                \
+        kB = StN1 ? splat<I>(1) : ceil_div(K, f.sK); /* K / K: 1 on either path */     \
+        per_batch = StN1 ? mul(mB, nB) : mul(mB, nB, kB);                              \
+        tasks = mul(batch, per_batch);                                                 \
+    } while (0)
+    if constexpr (Conv) AOE_BLOCKS();
+    const I uc = Conv ? vmin(f.uc, tasks) : f.uc, sM = f.sM, sN = f.sN, sK = f.sK, bM = f.bM, bN = f.bN, bK = f.bK, dA = f.dA, dB = f.dB;
     const I stM = f.stM, stN = f.stN, ord = f.ord, sKa = f.sKa, sKb = f.sKb, dbA = f.dbA, dbB = f.dbB, dbC = f.dbC;
     const I l2Mc = f.l2Mc, l2Nc = f.l2Nc, l2Mb = f.l2Mb, l2Nb = f.l2Nb, l2ord = f.l2ord, l2en = f.l2en;
 
@@ -123,9 +141,8 @@ AOE_INLINE Priced<L> cube_eval_g(const SoC& s, const CubeProblem& p, const CubeP
         const I flags = ord | dbA | dbB | dbC | l2en | l2ord;
         AOE_RULE((neg < 0) | (least < 1) | (flags > 1), RS_BAD_VALUE);
     }
-    const int64_t k0 = c.k0, ea = p.ea, batch = c.batch;
+    const int64_t k0 = c.k0, ea = p.ea;
     const double ea_d = double(ea);
-    const I M = splat<I>(p.M), N = splat<I>(p.N), K = splat<I>(p.K);
     AOE_RULE(uc > s.cube_cores, RS_CORES);
     AOE_RULE((((bM | bN) & 15) | (bK & (k0 - 1))) != 0, RS_MISALIGNED);
     AOE_RULE((sM > c.Mal) | (sN > c.Nal) | (sK > c.Kal), RS_EXCEEDS_SHAPE);
@@ -137,10 +154,14 @@ AOE_INLINE Priced<L> cube_eval_g(const SoC& s, const CubeProblem& p, const CubeP
     if constexpr (L::W == 1) {
         AOE_RULE(sKa != sKb && fmod_i(sKa, sKb) && fmod_i(sKb, sKa), RS_INCONSISTENT);
     } else {
-        AOE_RULE((sKa != sKb) & (fmod_i(sKa, sKb) != 0) & (fmod_i(sKb, sKa) != 0), RS_INCONSISTENT);
+        // Both are >= 1 here (the domain rule), and fmod_i(a, b) = a != 0 when a < b (fdiv gives 0, on
+        // either of its paths): so the rule needs only the larger modulo the smaller.
+        AOE_RULE((sKa != sKb) & (fmod_i(vmax(sKa, sKb), vmin(sKa, sKb)) != 0), RS_INCONSISTENT);
     }
-    const Mk dbl1a = dA == mul(2 * stM, sKa), dbl1b = dB == mul(2 * stN, sKb);
-    AOE_RULE((mnot(dbl1a) & (dA != mul(stM, sKa))) | (mnot(dbl1b) & (dB != mul(stN, sKb))), RS_INCONSISTENT);
+    // (stN 1: stN * sKb is sKb)
+    const I stN_sKb = StN1 ? sKb : mul(stN, sKb);
+    const Mk dbl1a = dA == mul(2 * stM, sKa), dbl1b = dB == (StN1 ? sKb + sKb : mul(2 * stN, sKb));
+    AOE_RULE((mnot(dbl1a) & (dA != mul(stM, sKa))) | (mnot(dbl1b) & (dB != stN_sKb)), RS_INCONSISTENT);
     AOE_RULE(mul(bM, bK, ea, 1 + dbA) > s.l0a, RS_L0A);
     AOE_RULE(mul(bN, bK, ea, 1 + dbB) > s.l0b, RS_L0B);
     AOE_RULE(mul(mul(bM, bN) * 4, 1 + dbC) > s.l0c, RS_L0C);
@@ -149,12 +170,13 @@ AOE_INLINE Priced<L> cube_eval_g(const SoC& s, const CubeProblem& p, const CubeP
         AOE_RULE(fma(to_d(mul(dA, bM, bK, ea)), sc.a_l1, to_d(mul(dB, bN, bK, ea)) * sc.b_l1) + l1_bias > double(s.l1),
                  RS_L1);
     }
-    const I mB = ceil_div(M, sM), nB = ceil_div(N, sN), kB = ceil_div(K, sK);
-    const I per_batch = mul(mB, nB, kB);
-    const I tasks = mul(batch, per_batch);
-    AOE_RULE(uc > tasks, RS_INCONSISTENT);  // idle cores: usedCoreNum must not exceed blocks
+    if constexpr (!Conv) {
+        AOE_BLOCKS();
+        AOE_RULE(uc > tasks, RS_INCONSISTENT);  // idle cores: usedCoreNum must not exceed blocks
+    }
+#undef AOE_BLOCKS
     const Mk l2on = l2en != 0;
-    if (any(l2on)) {
+    if (!Conv && any(l2on)) {
         AOE_RULE(l2on & ((l2Mb < 1) | (l2Nb < 1) | (l2Mb > mB) | (l2Nb > nB) | (l2Mc != ceil_div(mB, l2Mb)) |
                          (l2Nc != ceil_div(nB, l2Nb))),
                  RS_INCONSISTENT);
@@ -168,7 +190,9 @@ AOE_INLINE Priced<L> cube_eval_g(const SoC& s, const CubeProblem& p, const CubeP
 
     // Reuse inside a task: an operand whose whole K panel fits its L1 buffer is re-loaded only when
     // the outer loop comes back to it; otherwise every base block streams its K panel again.
-    const I mT = ceil_div(mIter, stM), nT = ceil_div(nIter, stN);
+    // (stN 1: nIter / 1. nIter is in [1, N] here, N < 2^62, where ceil_div(x, 1) and x convert to the
+    // same double and are both 1 or both not: all that is asked of nT below)
+    const I mT = ceil_div(mIter, stM), nT = StN1 ? nIter : ceil_div(nIter, stN);
     const Mk akf = sKa >= kIter, bkf = sKb >= kIter;
     // M first (order 0): N outer, M inner -> B stays, A comes back once per N tile (unless one
     // M tile holds it all); N first: the mirror image. Written as selects, not branches: in a
@@ -188,7 +212,11 @@ AOE_INLINE Priced<L> cube_eval_g(const SoC& s, const CubeProblem& p, const CubeP
     const D W = (A_b + B_b) * conc_batches;
     const Mk l2_tiled = l2on & (W > c.l2u), untiled = mnot(l2_tiled);
     D hbm_rd = zero, waves = zero;
-    if (any(l2_tiled)) {
+    if constexpr (Conv) {  // never L2-tiled
+        const D miss = sel(W <= c.l2u, zero, 1.0 - c.l2u / W);
+        hbm_rd = fma(miss, vmax(zero, R - comp), comp);
+        waves = to_d(ceil_div(tasks, uc));
+    } else if (any(l2_tiled)) {
         // L2 tiling: the re-read working set is one L2 tile; the operand that is not kept is
         // fetched from HBM once per L2 tile of the other dimension.
         const D tileB = vmin(to_d(l2Nb * sN), splat<D>(c.gmN)) * c.gmK * ea_d;
@@ -198,7 +226,7 @@ AOE_INLINE Priced<L> cube_eval_g(const SoC& s, const CubeProblem& p, const CubeP
         hbm_rd = sel(l2_tiled, vmin(R, fma(miss, vmax(zero, R - comp_t), comp_t)), hbm_rd);
         waves = sel(l2_tiled, to_d(l2Mc * l2Nc) * to_d(ceil_div(batch * l2Mb * l2Nb * kB, uc)), waves);
     }
-    if (any(untiled)) {
+    if (!Conv && any(untiled)) {
         const D miss = sel(W <= c.l2u, zero, 1.0 - c.l2u / W);
         hbm_rd = sel(untiled, fma(miss, vmax(zero, R - comp), comp), hbm_rd);
         waves = sel(untiled, to_d(ceil_div(tasks, uc)), waves);
@@ -206,7 +234,7 @@ AOE_INLINE Priced<L> cube_eval_g(const SoC& s, const CubeProblem& p, const CubeP
     const D fh = sel(R > 0, hbm_rd / R, one);
 
     // --- per-core rates: HBM is shared by the active cores, L2 too (kept as cycles per byte) ---
-    const D active = to_d(vmin(uc, tasks));
+    const D active = to_d(Conv ? uc : vmin(uc, tasks));  // (a conv's uc is clamped already)
     const D cpb_hbm_share = active * c.inv_hbm_bpc;
     const D cpb_h = vmax(splat<D>(c.inv_ddr), cpb_hbm_share);
     const D cpb_l2 = vmax(splat<D>(c.inv_l2_rate), active * c.inv_l2_bpc);
@@ -214,7 +242,7 @@ AOE_INLINE Priced<L> cube_eval_g(const SoC& s, const CubeProblem& p, const CubeP
 
     // DMA burst lengths: NZ chunks are long runs, ND rows are short strided bursts through ND2NZ.
     const D rowsA = to_d(vmin(mul(stM, bM), tM)), kA = to_d(vmin(mul(sKa, bK), tK));
-    const D colsB = to_d(vmin(mul(stN, bN), tN)), kBl = to_d(vmin(mul(sKb, bK), tK));
+    const D colsB = to_d(vmin(StN1 ? bN : mul(stN, bN), tN)), kBl = to_d(vmin(mul(sKb, bK), tK));
     const double Md = double(p.M), Nd = double(p.N), Kd = double(p.K);
     D runA, runB;
     if (p.a_nz) runA = sel(rowsA >= Md, rowsA * kA * ea_d, rowsA * 32.0);
