@@ -46,8 +46,8 @@ AOE_INLINE Priced<L> conv_row_g(const SoC& s, const ConvCtx& x, const ConvRow<L>
     mm.dbA = (pbuf >> 2) & 1;
     mm.dbB = (pbuf >> 3) & 1;
     mm.dbC = (pbuf >> 4) & 1;
-    const I al1 = sel((pbuf & 1) != 0, splat<I>(2), splat<I>(1));         // L1 ping-pong of A
-    const I bl1 = sel(((pbuf >> 1) & 1) != 0, splat<I>(2), splat<I>(1));  // and of B
+    // L1 ping-pong of A and of B: the depths double (x2 as a shift)
+    const I al1 = pbuf & 1, bl1 = (pbuf >> 1) & 1;
     if constexpr (Dir == 1) {
         const int64_t out_h = x.out_h, out_w = x.out_w, in_c = x.in_c, out_c = x.out_c, kal = x.kal;
         AOE_RULE((hd > out_h) | (nd > ceil_div(out_c, int64_t(16))), RS_EXCEEDS_SHAPE);
@@ -82,8 +82,8 @@ AOE_INLINE Priced<L> conv_row_g(const SoC& s, const ConvCtx& x, const ConvRow<L>
         mm.stN = splat<I>(1);
         mm.sKa = ka_steps;
         mm.sKb = kb_steps;
-        mm.dA = mul(mm.stM, mm.sKa, al1);
-        mm.dB = mul(mm.sKb, bl1);
+        mm.dA = shl(mul(mm.stM, mm.sKa), al1);
+        mm.dB = shl(mm.sKb, bl1);
     } else {
         // dW[co_g, C1*C0*kh*kw] = dy^T[co_g, pixels] x img2col(x)[pixels, C1*C0*kh*kw]
         const int64_t nal = x.nal, pixels = x.pixels, c1 = x.c1, cin_g = x.cin_g;
@@ -110,8 +110,8 @@ AOE_INLINE Priced<L> conv_row_g(const SoC& s, const ConvCtx& x, const ConvRow<L>
         mm.sKa = mm.sKb = pix_steps;
         mm.stM = ka_steps;
         mm.stN = ceil_div(kBL1, nL0);  // windows need not be a multiple of 16 (fp32: C0 = 8)
-        mm.dA = mul(mm.stM, pix_steps, al1);
-        mm.dB = mul(mm.stN, pix_steps, bl1);
+        mm.dA = shl(mul(mm.stM, pix_steps), al1);
+        mm.dB = shl(mul(mm.stN, pix_steps), bl1);
     }
     // Cores beyond the blocks the split produces stay idle (CANN clamps the split the same way):
     // cube_eval_g<..., Clamp> clamps usedCoreNum to the task count.

@@ -162,12 +162,15 @@ AOE_INLINE Priced<L> cube_eval_g(const SoC& s, const CubeProblem& p, const CubeP
     const I stN_sKb = StN1 ? sKb : mul(stN, sKb);
     const Mk dbl1a = dA == mul(2 * stM, sKa), dbl1b = dB == (StN1 ? sKb + sKb : mul(2 * stN, sKb));
     AOE_RULE((mnot(dbl1a) & (dA != mul(stM, sKa))) | (mnot(dbl1b) & (dB != stN_sKb)), RS_INCONSISTENT);
-    AOE_RULE(mul(bM, bK, ea, 1 + dbA) > s.l0a, RS_L0A);
-    AOE_RULE(mul(bN, bK, ea, 1 + dbB) > s.l0b, RS_L0B);
-    AOE_RULE(mul(mul(bM, bN) * 4, 1 + dbC) > s.l0c, RS_L0C);
+    // x * ea and x * (1 + flag) as shifts: ea is a power of two and the flags are 0 or 1 once the
+    // domain rule holds (& 1 only keeps failed lanes' shift counts in range)
+    const int64_t eal = c.ea_log2;
+    AOE_RULE(shl(shl(mul(bM, bK), eal), dbA & 1) > s.l0a, RS_L0A);
+    AOE_RULE(shl(shl(mul(bN, bK), eal), dbB & 1) > s.l0b, RS_L0B);
+    AOE_RULE(shl(mul(bM, bN) * 4, dbC & 1) > s.l0c, RS_L0C);
     {
         const D l1_bias = p.bias ? to_d(stN * bN * 4) : zero;
-        AOE_RULE(fma(to_d(mul(dA, bM, bK, ea)), sc.a_l1, to_d(mul(dB, bN, bK, ea)) * sc.b_l1) + l1_bias > double(s.l1),
+        AOE_RULE(fma(to_d(shl(mul(dA, bM, bK), eal)), sc.a_l1, to_d(shl(mul(dB, bN, bK), eal)) * sc.b_l1) + l1_bias > double(s.l1),
                  RS_L1);
     }
     if constexpr (!Conv) {
