@@ -204,8 +204,11 @@ AOE_INLINE Priced<L> cube_eval_g(const SoC& s, const CubeProblem& p, const CubeP
     const I b_back = sel((ord == 1) & (nT != 1), mT, splat<I>(1));
     const D a_mult = to_d(sel(akf, a_back, nIter));
     const D b_mult = to_d(sel(bkf, b_back, mIter));
-    const D a_task = to_d(p.a_nz ? aM : tM) * to_d(p.a_nz ? aK : tK) * ea_d * a_mult * sc.a_gm;
-    const D b_task = to_d(p.b_nz ? aN : tN) * to_d(p.b_nz ? aK : tK) * ea_d * b_mult * sc.b_gm;
+    // the task's sizes as doubles, each converted once (a conv's forward tK is K, its aK the prep's Kal)
+    const D tM_d = to_d(tM), tN_d = to_d(tN), aM_d = to_d(aM), aN_d = to_d(aN);
+    const D tK_d = StN1 ? splat<D>(double(p.K)) : to_d(tK), aK_d = StN1 ? splat<D>(double(c.Kal)) : to_d(aK);
+    const D a_task = (p.a_nz ? aM_d : tM_d) * (p.a_nz ? aK_d : tK_d) * ea_d * a_mult * sc.a_gm;
+    const D b_task = (p.b_nz ? aN_d : tN_d) * (p.b_nz ? aK_d : tK_d) * ea_d * b_mult * sc.b_gm;
     // Whole-chip reads: every (M block, K block) panel of A is read by all nB column blocks.
     const double batch_d = double(batch);
     const D R = fma(A_b * batch_d * to_d(nB), a_mult, B_b * batch_d * to_d(mB) * b_mult);
@@ -260,18 +263,19 @@ AOE_INLINE Priced<L> cube_eval_g(const SoC& s, const CubeProblem& p, const CubeP
 
     Task<L> t;
     t.mte2_a = a_task * cpb_rd * inv_effA;
-    t.mte2_b = b_task * cpb_rd * inv_effB + (p.bias ? to_d(tN) * 4.0 * cpb_h : zero);
+    t.mte2_b = b_task * cpb_rd * inv_effB + (p.bias ? tN_d * 4.0 * cpb_h : zero);
     // L0 reuse: with a single K step the A block stays in L0A across the N-inner loop (and B in
     // L0B across the M-inner loop).
-    const D l0a = to_d(aM) * to_d(aK) * ea_d * sel((kIter == 1) & (ord == 1), one, to_d(nIter));
-    const D l0b = to_d(aN) * to_d(aK) * ea_d * sel((kIter == 1) & (ord == 0), one, to_d(mIter));
+    const D l0a = aM_d * aK_d * ea_d * sel((kIter == 1) & (ord == 1), one, to_d(nIter));
+    const D l0b = aN_d * aK_d * ea_d * sel((kIter == 1) & (ord == 0), one, to_d(mIter));
     t.mte1_a = l0a * c.inv_l0a;
     t.mte1_b = l0b * c.inv_l0b;
     const D n_blocks = to_d(mul(mIter, nIter, kIter));
-    t.cube = fma(to_d(aM >> 4) * to_d(aN >> 4) * to_d(aK >> c.k0_log2), splat<D>(p.cube_scale),
+    // fractals: aM / 16 is aM >> 4 (aM a multiple of 16), whose double is aM's scaled by 2^-4, exactly
+    t.cube = fma(aM_d * 0.0625 * (aN_d * 0.0625) * (aK_d * (1.0 / double(k0))), splat<D>(p.cube_scale),
                  s.mmad_overhead_cycles * n_blocks);
     // an NZ output is written in whole fractals, padding included (as the compulsory bytes count it)
-    const D out_task = to_d(p.c_nz ? aM : tM) * to_d(p.c_nz ? aN : tN) * out_e;
+    const D out_task = (p.c_nz ? aM_d : tM_d) * (p.c_nz ? aN_d : tN_d) * out_e;
     const D runC = p.c_nz ? to_d(vmin(bM, aM)) * 32.0 : to_d(vmin(bN, tN)) * out_e;
     t.fix = out_task * vmax(splat<D>(c.inv_fix), cpb_h) * (runC + s.dma_overhead_bytes) / runC;
     const D chunks_a = a_mult * to_d(mT) * to_d(ceil_div(kIter, sKa));
