@@ -28,8 +28,12 @@ struct Priced {
     typename L::I reason;
 };
 
-// Record a failed rule: one row returns at once, N rows mark the lanes it fails first.
-template <class L>
+// Record a failed rule: one row returns at once, N rows mark the lanes it fails first. `Exit`: N rows
+// return once every lane has failed (a test and a branch per rule, so in the shared model only the
+// domain rule and the L1 rule do, the latter before the traffic model; past the others the failed
+// lanes are computed on and masked at the end. A conv's own rules all exit: perturbed conv rows fail
+// there, and going on costs more than the tests).
+template <class L, bool Exit = true>
 AOE_INLINE bool fail(typename L::I& reason, typename L::M cond, int code) {
     if constexpr (L::W == 1) {
         if (cond) reason = code;
@@ -39,10 +43,10 @@ AOE_INLINE bool fail(typename L::I& reason, typename L::M cond, int code) {
         if constexpr (L::W == 4) {  // AVX2: and/or and one vptest instead of a blend and a movemask
             const I alive = reason == 0;
             reason |= alive & cond & code;  // (a lane that failed before keeps its reason: it is not alive)
-            return none_left(alive, cond);  // every lane failed, now or before
+            return Exit && none_left(alive, cond);  // every lane failed, now or before
         } else {
             reason = sel((reason == 0) & cond, splat<I>(code), reason);
-            return all(reason != 0);
+            return Exit && all(reason != 0);
         }
     }
 }
@@ -53,10 +57,15 @@ AOE_INLINE Priced<L> rejected(typename L::I reason, Result* out) {
     return {splat<typename L::D>(std::numeric_limits<double>::infinity()), reason};
 }
 
-// Inside a model function with `reason`, `out` and template parameters L, Full.
+// Inside a model function with `reason`, `out` and template parameters L, Full. AOE_RULE may return
+// for N rows (Exit), AOE_MARK only for one row.
 #define AOE_RULE(cond, code)                                                    \
     do {                                                                        \
         if (fail<L>(reason, (cond), (code))) return rejected<L, Full>(reason, out); \
+    } while (0)
+#define AOE_MARK(cond, code)                                                           \
+    do {                                                                               \
+        if (fail<L, false>(reason, (cond), (code))) return rejected<L, Full>(reason, out); \
     } while (0)
 
 // Busy cycles of one core task, per pipe, plus what the overlap rules need to know.
@@ -143,31 +152,31 @@ AOE_INLINE Priced<L> cube_eval_g(const SoC& s, const CubeProblem& p, const CubeP
     }
     const int64_t k0 = c.k0, ea = p.ea;
     const double ea_d = double(ea);
-    AOE_RULE(uc > s.cube_cores, RS_CORES);
-    AOE_RULE((((bM | bN) & 15) | (bK & (k0 - 1))) != 0, RS_MISALIGNED);
-    AOE_RULE((sM > c.Mal) | (sN > c.Nal) | (sK > c.Kal), RS_EXCEEDS_SHAPE);
+    AOE_MARK(uc > s.cube_cores, RS_CORES);
+    AOE_MARK((((bM | bN) & 15) | (bK & (k0 - 1))) != 0, RS_MISALIGNED);
+    AOE_MARK((sM > c.Mal) | (sN > c.Nal) | (sK > c.Kal), RS_EXCEEDS_SHAPE);
     const I tM = vmin(sM, M), tN = vmin(sN, N), tK = vmin(sK, K);  // full task
     const I aM = align_pow2(tM, 16), aN = align_pow2(tN, 16), aK = align_pow2(tK, k0);
-    AOE_RULE((bM > aM) | (bN > aN) | (bK > aK), RS_EXCEEDS_SHAPE);
+    AOE_MARK((bM > aM) | (bN > aN) | (bK > aK), RS_EXCEEDS_SHAPE);
     const I mIter = ceil_div(tM, bM), nIter = ceil_div(tN, bN), kIter = ceil_div(tK, bK);
-    AOE_RULE((stM > mIter) | (stN > nIter) | (sKa > kIter) | (sKb > kIter), RS_EXCEEDS_SHAPE);
+    AOE_MARK((stM > mIter) | (stN > nIter) | (sKa > kIter) | (sKb > kIter), RS_EXCEEDS_SHAPE);
     if constexpr (L::W == 1) {
-        AOE_RULE(sKa != sKb && fmod_i(sKa, sKb) && fmod_i(sKb, sKa), RS_INCONSISTENT);
+        AOE_MARK(sKa != sKb && fmod_i(sKa, sKb) && fmod_i(sKb, sKa), RS_INCONSISTENT);
     } else {
         // Both are >= 1 here (the domain rule), and fmod_i(a, b) = a != 0 when a < b (fdiv gives 0, on
         // either of its paths): so the rule needs only the larger modulo the smaller.
-        AOE_RULE((sKa != sKb) & (fmod_i(vmax(sKa, sKb), vmin(sKa, sKb)) != 0), RS_INCONSISTENT);
+        AOE_MARK((sKa != sKb) & (fmod_i(vmax(sKa, sKb), vmin(sKa, sKb)) != 0), RS_INCONSISTENT);
     }
     // (stN 1: stN * sKb is sKb)
     const I stN_sKb = StN1 ? sKb : mul(stN, sKb);
     const Mk dbl1a = dA == mul(2 * stM, sKa), dbl1b = dB == (StN1 ? sKb + sKb : mul(2 * stN, sKb));
-    AOE_RULE((mnot(dbl1a) & (dA != mul(stM, sKa))) | (mnot(dbl1b) & (dB != stN_sKb)), RS_INCONSISTENT);
+    AOE_MARK((mnot(dbl1a) & (dA != mul(stM, sKa))) | (mnot(dbl1b) & (dB != stN_sKb)), RS_INCONSISTENT);
     // x * ea and x * (1 + flag) as shifts: ea is a power of two and the flags are 0 or 1 once the
     // domain rule holds (& 1 only keeps failed lanes' shift counts in range)
     const int64_t eal = c.ea_log2;
-    AOE_RULE(shl(shl(mul(bM, bK), eal), dbA & 1) > s.l0a, RS_L0A);
-    AOE_RULE(shl(shl(mul(bN, bK), eal), dbB & 1) > s.l0b, RS_L0B);
-    AOE_RULE(shl(mul(bM, bN) * 4, dbC & 1) > s.l0c, RS_L0C);
+    AOE_MARK(shl(shl(mul(bM, bK), eal), dbA & 1) > s.l0a, RS_L0A);
+    AOE_MARK(shl(shl(mul(bN, bK), eal), dbB & 1) > s.l0b, RS_L0B);
+    AOE_MARK(shl(mul(bM, bN) * 4, dbC & 1) > s.l0c, RS_L0C);
     {
         const D l1_bias = p.bias ? to_d(stN * bN * 4) : zero;
         AOE_RULE(fma(to_d(shl(mul(dA, bM, bK), eal)), sc.a_l1, to_d(shl(mul(dB, bN, bK), eal)) * sc.b_l1) + l1_bias > double(s.l1),
@@ -175,12 +184,12 @@ AOE_INLINE Priced<L> cube_eval_g(const SoC& s, const CubeProblem& p, const CubeP
     }
     if constexpr (!Conv) {
         AOE_BLOCKS();
-        AOE_RULE(uc > tasks, RS_INCONSISTENT);  // idle cores: usedCoreNum must not exceed blocks
+        AOE_MARK(uc > tasks, RS_INCONSISTENT);  // idle cores: usedCoreNum must not exceed blocks
     }
 #undef AOE_BLOCKS
     const Mk l2on = l2en != 0;
     if (!Conv && any(l2on)) {
-        AOE_RULE(l2on & ((l2Mb < 1) | (l2Nb < 1) | (l2Mb > mB) | (l2Nb > nB) | (l2Mc != ceil_div(mB, l2Mb)) |
+        AOE_MARK(l2on & ((l2Mb < 1) | (l2Nb < 1) | (l2Mb > mB) | (l2Nb > nB) | (l2Mc != ceil_div(mB, l2Mb)) |
                          (l2Nc != ceil_div(nB, l2Nb))),
                  RS_INCONSISTENT);
     }
