@@ -9,7 +9,8 @@ struct ConvRow {
     I bd, hd, nd, gd, hoL1, woL1, kAL1, kBL1, hoL0, woL0, kL0, nL0, pbuf, order;
 };
 
-template <class L, bool Full>
+// Dir: 1 = forward or dx (x.dir 0 or 1), 2 = dW; the batch loop picks it once.
+template <class L, bool Full, int Dir>
 AOE_INLINE Priced<L> conv_row_g(const SoC& s, const ConvCtx& x, const ConvRow<L>& q, Result* out) {
     using I = typename L::I;
     using D = typename L::D;
@@ -45,16 +46,16 @@ AOE_INLINE Priced<L> conv_row_g(const SoC& s, const ConvCtx& x, const ConvRow<L>
     mm.dbA = (pbuf >> 2) & 1;
     mm.dbB = (pbuf >> 3) & 1;
     mm.dbC = (pbuf >> 4) & 1;
-    const I al1 = sel((pbuf & 1) != 0, splat<I>(2), splat<I>(1));         // L1 ping-pong of A
-    const I bl1 = sel(((pbuf >> 1) & 1) != 0, splat<I>(2), splat<I>(1));  // and of B
-    if (x.dir == 0 || x.dir == 1) {
+    // L1 ping-pong of A and of B: the depths double (x2 as a shift)
+    const I al1 = pbuf & 1, bl1 = (pbuf >> 1) & 1;
+    if constexpr (Dir == 1) {
         const int64_t out_h = x.out_h, out_w = x.out_w, in_c = x.in_c, out_c = x.out_c, kal = x.kal;
         AOE_RULE((hd > out_h) | (nd > ceil_div(out_c, int64_t(16))), RS_EXCEEDS_SHAPE);
         const I ho_core = ceil_div(splat<I>(out_h), hd);
         AOE_RULE((hoL1 > ho_core) | (woL1 > out_w), RS_EXCEEDS_SHAPE);
         // L1 holds whole kernel windows of C0-channel groups (kAL1 in units of kh*kw*C0)
-        const I ka_steps = fdiv(kAL1, kL0);
-        AOE_RULE(((kAL1 - mul(ka_steps, kL0)) | fmod_i(kBL1, kL0) | fmod_i(kAL1, splat<I>(khw * c0))) != 0,
+        const I ka_steps = fdiv(kAL1, kL0), kb_steps = fdiv(kBL1, kL0);
+        AOE_RULE(((kAL1 - mul(ka_steps, kL0)) | (kBL1 - mul(kb_steps, kL0)) | fmod_i(kAL1, splat<I>(khw * c0))) != 0,
                  RS_INCONSISTENT);
         // L1 patch for hoL1 x woL1 output pixels (dx: rows of the zero-inserted dy, of which 1/stride are real)
         D rows = to_d(mul(hoL1 - 1, x.step_h) + ekh), cols = to_d(mul(woL1 - 1, x.step_w) + ekw);
@@ -80,9 +81,9 @@ AOE_INLINE Priced<L> conv_row_g(const SoC& s, const ConvCtx& x, const ConvRow<L>
         mm.stM = mul(ho_steps, wo_steps);
         mm.stN = splat<I>(1);
         mm.sKa = ka_steps;
-        mm.sKb = fdiv(kBL1, kL0);
-        mm.dA = mul(mm.stM, mm.sKa, al1);
-        mm.dB = mul(mm.sKb, bl1);
+        mm.sKb = kb_steps;
+        mm.dA = shl(mul(mm.stM, mm.sKa), al1);
+        mm.dB = shl(mm.sKb, bl1);
     } else {
         // dW[co_g, C1*C0*kh*kw] = dy^T[co_g, pixels] x img2col(x)[pixels, C1*C0*kh*kw]
         const int64_t nal = x.nal, pixels = x.pixels, c1 = x.c1, cin_g = x.cin_g;
@@ -109,15 +110,13 @@ AOE_INLINE Priced<L> conv_row_g(const SoC& s, const ConvCtx& x, const ConvRow<L>
         mm.sKa = mm.sKb = pix_steps;
         mm.stM = ka_steps;
         mm.stN = ceil_div(kBL1, nL0);  // windows need not be a multiple of 16 (fp32: C0 = 8)
-        mm.dA = mul(mm.stM, pix_steps, al1);
-        mm.dB = mul(mm.stN, pix_steps, bl1);
+        mm.dA = shl(mul(mm.stM, pix_steps), al1);
+        mm.dB = shl(mul(mm.stN, pix_steps), bl1);
     }
-    // Cores beyond the blocks the split produces stay idle (CANN clamps the split the same way).
-    const I tasks = mul(g, ceil_div(splat<I>(x.p.M), mm.sM), ceil_div(splat<I>(x.p.N), mm.sN),
-                        ceil_div(splat<I>(x.p.K), mm.sK));
-    mm.uc = vmin(mm.uc, tasks);
+    // Cores beyond the blocks the split produces stay idle (CANN clamps the split the same way):
+    // cube_eval_g<..., Clamp> clamps usedCoreNum to the task count.
     mm.l2Mc = mm.l2Nc = mm.l2Mb = mm.l2Nb = splat<I>(1);
     mm.l2ord = splat<I>(0);
     mm.l2en = splat<I>(0);
-    return cube_eval_g<L, Full>(s, x.p, x.c, mm, sc, reason, out);  // lanes failed here keep their reason
+    return cube_eval_g<L, Full, Dir>(s, x.p, x.c, mm, sc, reason, out);  // lanes failed here keep their reason
 }

@@ -29,7 +29,7 @@ struct CubeProblem {
 
 // What depends only on (SoC, problem): computed once per batch, not per strategy.
 struct CubePrep {
-    int64_t batch = 1, k0 = 16, k0_log2 = 4, Mal = 16, Nal = 16, Kal = 16;
+    int64_t batch = 1, k0 = 16, k0_log2 = 4, ea_log2 = 1, Mal = 16, Nal = 16, Kal = 16;  // ea = 2^ea_log2
     double gmM = 0, gmK = 0, gmN = 0, A_b = 0, B_b = 0, C_tot = 0, bias_tot = 0;  // A_b, B_b: gm scale 1
     double l2u = 0, hbm_bpc = 1, l2_bpc = 1, inv_cpu = 1, inv_l0a = 1, inv_l0b = 1, inv_nd2nz = 1;
     // reciprocals of the rates, so the per-strategy code multiplies instead of dividing

@@ -28,8 +28,12 @@ struct Priced {
     typename L::I reason;
 };
 
-// Record a failed rule: one row returns at once, N rows mark the lanes it fails first.
-template <class L>
+// Record a failed rule: one row returns at once, N rows mark the lanes it fails first. `Exit`: N rows
+// return once every lane has failed (a test and a branch per rule, so in the shared model only the
+// domain rule and the L1 rule do, the latter before the traffic model; past the others the failed
+// lanes are computed on and masked at the end. A conv's own rules all exit: perturbed conv rows fail
+// there, and going on costs more than the tests).
+template <class L, bool Exit = true>
 AOE_INLINE bool fail(typename L::I& reason, typename L::M cond, int code) {
     if constexpr (L::W == 1) {
         if (cond) reason = code;
@@ -39,10 +43,10 @@ AOE_INLINE bool fail(typename L::I& reason, typename L::M cond, int code) {
         if constexpr (L::W == 4) {  // AVX2: and/or and one vptest instead of a blend and a movemask
             const I alive = reason == 0;
             reason |= alive & cond & code;  // (a lane that failed before keeps its reason: it is not alive)
-            return none_left(alive, cond);  // every lane failed, now or before
+            return Exit && none_left(alive, cond);  // every lane failed, now or before
         } else {
             reason = sel((reason == 0) & cond, splat<I>(code), reason);
-            return all(reason != 0);
+            return Exit && all(reason != 0);
         }
     }
 }
@@ -53,10 +57,15 @@ AOE_INLINE Priced<L> rejected(typename L::I reason, Result* out) {
     return {splat<typename L::D>(std::numeric_limits<double>::infinity()), reason};
 }
 
-// Inside a model function with `reason`, `out` and template parameters L, Full.
+// Inside a model function with `reason`, `out` and template parameters L, Full. AOE_RULE may return
+// for N rows (Exit), AOE_MARK only for one row.
 #define AOE_RULE(cond, code)                                                    \
     do {                                                                        \
         if (fail<L>(reason, (cond), (code))) return rejected<L, Full>(reason, out); \
+    } while (0)
+#define AOE_MARK(cond, code)                                                           \
+    do {                                                                               \
+        if (fail<L, false>(reason, (cond), (code))) return rejected<L, Full>(reason, out); \
     } while (0)
 
 // Busy cycles of one core task, per pipe, plus what the overlap rules need to know.
@@ -99,16 +108,34 @@ AOE_INLINE typename L::D task_cycles(const Task<L>& t, typename L::D* fill_out) 
 // A matmul-layout strategy (the 23 MatMulV3TunnerTiling fields) on a Cube problem.
 // `Full` (one row only): fill *out with the whole Result; otherwise only the time and the reason.
 // `reason0`: lanes already rejected (by a conv's own rules) keep that reason.
-template <class L, bool Full>
+// `Cv` (0 for a matmul): the row is a conv's mapping (conv_impl.h), which turns L2 tiling off and whose
+// usedCoreNum is clamped here to the task count (cores beyond the blocks the split produces stay idle),
+// so the rule against idle cores cannot fail; 1 = forward or dx, which also fix stepN = 1 and
+// singleCoreK = K, 2 = dW. What those fixed fields would compute is skipped; where the general code
+// would compute the same value another way, the comment says why it is the same.
+template <class L, bool Full, int Cv = 0>
 AOE_INLINE Priced<L> cube_eval_g(const SoC& s, const CubeProblem& p, const CubePrep& c, const MmRow<L>& f,
                                  const CubeScales<L>& sc, typename L::I reason0, Result* out) {
     using I = typename L::I;
     using D = typename L::D;
     using Mk = typename L::M;  // a mask (M is the problem's M)
     static_assert(!Full || L::W == 1, "the full result is computed one row at a time");
+    constexpr bool Conv = Cv != 0, StN1 = Cv == 1;
     const D zero = splat<D>(0.0), one = splat<D>(1.0);
     I reason = reason0;
-    const I uc = f.uc, sM = f.sM, sN = f.sN, sK = f.sK, bM = f.bM, bN = f.bN, bK = f.bK, dA = f.dA, dB = f.dB;
+    const int64_t batch = c.batch;
+    const I M = splat<I>(p.M), N = splat<I>(p.N), K = splat<I>(p.K);
+    // blocks of each dimension, and tasks (a matmul: once the domain rule holds, below)
+    I mB, nB, kB, per_batch, tasks;
+#define AOE_BLOCKS()                                                                   \
+    do {                                                                               \
+        mB = ceil_div(M, f.sM), nB = ceil_div(N, f.sN);                                \
+        kB = StN1 ? splat<I>(1) : ceil_div(K, f.sK); /* K / K: 1 on either path */     \
+        per_batch = StN1 ? mul(mB, nB) : mul(mB, nB, kB);                              \
+        tasks = mul(batch, per_batch);                                                 \
+    } while (0)
+    if constexpr (Conv) AOE_BLOCKS();
+    const I uc = Conv ? vmin(f.uc, tasks) : f.uc, sM = f.sM, sN = f.sN, sK = f.sK, bM = f.bM, bN = f.bN, bK = f.bK, dA = f.dA, dB = f.dB;
     const I stM = f.stM, stN = f.stN, ord = f.ord, sKa = f.sKa, sKb = f.sKb, dbA = f.dbA, dbB = f.dbB, dbC = f.dbC;
     const I l2Mc = f.l2Mc, l2Nc = f.l2Nc, l2Mb = f.l2Mb, l2Nb = f.l2Nb, l2ord = f.l2ord, l2en = f.l2en;
 
@@ -123,39 +150,46 @@ AOE_INLINE Priced<L> cube_eval_g(const SoC& s, const CubeProblem& p, const CubeP
         const I flags = ord | dbA | dbB | dbC | l2en | l2ord;
         AOE_RULE((neg < 0) | (least < 1) | (flags > 1), RS_BAD_VALUE);
     }
-    const int64_t k0 = c.k0, ea = p.ea, batch = c.batch;
+    const int64_t k0 = c.k0, ea = p.ea;
     const double ea_d = double(ea);
-    const I M = splat<I>(p.M), N = splat<I>(p.N), K = splat<I>(p.K);
-    AOE_RULE(uc > s.cube_cores, RS_CORES);
-    AOE_RULE((((bM | bN) & 15) | (bK & (k0 - 1))) != 0, RS_MISALIGNED);
-    AOE_RULE((sM > c.Mal) | (sN > c.Nal) | (sK > c.Kal), RS_EXCEEDS_SHAPE);
+    AOE_MARK(uc > s.cube_cores, RS_CORES);
+    AOE_MARK((((bM | bN) & 15) | (bK & (k0 - 1))) != 0, RS_MISALIGNED);
+    AOE_MARK((sM > c.Mal) | (sN > c.Nal) | (sK > c.Kal), RS_EXCEEDS_SHAPE);
     const I tM = vmin(sM, M), tN = vmin(sN, N), tK = vmin(sK, K);  // full task
     const I aM = align_pow2(tM, 16), aN = align_pow2(tN, 16), aK = align_pow2(tK, k0);
-    AOE_RULE((bM > aM) | (bN > aN) | (bK > aK), RS_EXCEEDS_SHAPE);
+    AOE_MARK((bM > aM) | (bN > aN) | (bK > aK), RS_EXCEEDS_SHAPE);
     const I mIter = ceil_div(tM, bM), nIter = ceil_div(tN, bN), kIter = ceil_div(tK, bK);
-    AOE_RULE((stM > mIter) | (stN > nIter) | (sKa > kIter) | (sKb > kIter), RS_EXCEEDS_SHAPE);
+    AOE_MARK((stM > mIter) | (stN > nIter) | (sKa > kIter) | (sKb > kIter), RS_EXCEEDS_SHAPE);
     if constexpr (L::W == 1) {
-        AOE_RULE(sKa != sKb && fmod_i(sKa, sKb) && fmod_i(sKb, sKa), RS_INCONSISTENT);
+        AOE_MARK(sKa != sKb && fmod_i(sKa, sKb) && fmod_i(sKb, sKa), RS_INCONSISTENT);
     } else {
-        AOE_RULE((sKa != sKb) & (fmod_i(sKa, sKb) != 0) & (fmod_i(sKb, sKa) != 0), RS_INCONSISTENT);
+        // Both are >= 1 here (the domain rule), and fmod_i(a, b) = a != 0 when a < b (fdiv gives 0, on
+        // either of its paths): so the rule needs only the larger modulo the smaller.
+        AOE_MARK((sKa != sKb) & (fmod_i(vmax(sKa, sKb), vmin(sKa, sKb)) != 0), RS_INCONSISTENT);
     }
-    const Mk dbl1a = dA == mul(2 * stM, sKa), dbl1b = dB == mul(2 * stN, sKb);
-    AOE_RULE((mnot(dbl1a) & (dA != mul(stM, sKa))) | (mnot(dbl1b) & (dB != mul(stN, sKb))), RS_INCONSISTENT);
-    AOE_RULE(mul(bM, bK, ea, 1 + dbA) > s.l0a, RS_L0A);
-    AOE_RULE(mul(bN, bK, ea, 1 + dbB) > s.l0b, RS_L0B);
-    AOE_RULE(mul(mul(bM, bN) * 4, 1 + dbC) > s.l0c, RS_L0C);
+    // (stN 1: stN * sKb is sKb)
+    const I stN_sKb = StN1 ? sKb : mul(stN, sKb);
+    const Mk dbl1a = dA == mul(2 * stM, sKa), dbl1b = dB == (StN1 ? sKb + sKb : mul(2 * stN, sKb));
+    AOE_MARK((mnot(dbl1a) & (dA != mul(stM, sKa))) | (mnot(dbl1b) & (dB != stN_sKb)), RS_INCONSISTENT);
+    // x * ea and x * (1 + flag) as shifts: ea is a power of two and the flags are 0 or 1 once the
+    // domain rule holds (& 1 only keeps failed lanes' shift counts in range)
+    const int64_t eal = c.ea_log2;
+    AOE_MARK(shl(shl(mul(bM, bK), eal), dbA & 1) > s.l0a, RS_L0A);
+    AOE_MARK(shl(shl(mul(bN, bK), eal), dbB & 1) > s.l0b, RS_L0B);
+    AOE_MARK(shl(mul(bM, bN) * 4, dbC & 1) > s.l0c, RS_L0C);
     {
         const D l1_bias = p.bias ? to_d(stN * bN * 4) : zero;
-        AOE_RULE(fma(to_d(mul(dA, bM, bK, ea)), sc.a_l1, to_d(mul(dB, bN, bK, ea)) * sc.b_l1) + l1_bias > double(s.l1),
+        AOE_RULE(fma(to_d(shl(mul(dA, bM, bK), eal)), sc.a_l1, to_d(shl(mul(dB, bN, bK), eal)) * sc.b_l1) + l1_bias > double(s.l1),
                  RS_L1);
     }
-    const I mB = ceil_div(M, sM), nB = ceil_div(N, sN), kB = ceil_div(K, sK);
-    const I per_batch = mul(mB, nB, kB);
-    const I tasks = mul(batch, per_batch);
-    AOE_RULE(uc > tasks, RS_INCONSISTENT);  // idle cores: usedCoreNum must not exceed blocks
+    if constexpr (!Conv) {
+        AOE_BLOCKS();
+        AOE_MARK(uc > tasks, RS_INCONSISTENT);  // idle cores: usedCoreNum must not exceed blocks
+    }
+#undef AOE_BLOCKS
     const Mk l2on = l2en != 0;
-    if (any(l2on)) {
-        AOE_RULE(l2on & ((l2Mb < 1) | (l2Nb < 1) | (l2Mb > mB) | (l2Nb > nB) | (l2Mc != ceil_div(mB, l2Mb)) |
+    if (!Conv && any(l2on)) {
+        AOE_MARK(l2on & ((l2Mb < 1) | (l2Nb < 1) | (l2Mb > mB) | (l2Nb > nB) | (l2Mc != ceil_div(mB, l2Mb)) |
                          (l2Nc != ceil_div(nB, l2Nb))),
                  RS_INCONSISTENT);
     }
@@ -168,7 +202,9 @@ AOE_INLINE Priced<L> cube_eval_g(const SoC& s, const CubeProblem& p, const CubeP
 
     // Reuse inside a task: an operand whose whole K panel fits its L1 buffer is re-loaded only when
     // the outer loop comes back to it; otherwise every base block streams its K panel again.
-    const I mT = ceil_div(mIter, stM), nT = ceil_div(nIter, stN);
+    // (stN 1: nIter / 1. nIter is in [1, N] here, N < 2^62, where ceil_div(x, 1) and x convert to the
+    // same double and are both 1 or both not: all that is asked of nT below)
+    const I mT = ceil_div(mIter, stM), nT = StN1 ? nIter : ceil_div(nIter, stN);
     const Mk akf = sKa >= kIter, bkf = sKb >= kIter;
     // M first (order 0): N outer, M inner -> B stays, A comes back once per N tile (unless one
     // M tile holds it all); N first: the mirror image. Written as selects, not branches: in a
@@ -177,8 +213,11 @@ AOE_INLINE Priced<L> cube_eval_g(const SoC& s, const CubeProblem& p, const CubeP
     const I b_back = sel((ord == 1) & (nT != 1), mT, splat<I>(1));
     const D a_mult = to_d(sel(akf, a_back, nIter));
     const D b_mult = to_d(sel(bkf, b_back, mIter));
-    const D a_task = to_d(p.a_nz ? aM : tM) * to_d(p.a_nz ? aK : tK) * ea_d * a_mult * sc.a_gm;
-    const D b_task = to_d(p.b_nz ? aN : tN) * to_d(p.b_nz ? aK : tK) * ea_d * b_mult * sc.b_gm;
+    // the task's sizes as doubles, each converted once (a conv's forward tK is K, its aK the prep's Kal)
+    const D tM_d = to_d(tM), tN_d = to_d(tN), aM_d = to_d(aM), aN_d = to_d(aN);
+    const D tK_d = StN1 ? splat<D>(double(p.K)) : to_d(tK), aK_d = StN1 ? splat<D>(double(c.Kal)) : to_d(aK);
+    const D a_task = (p.a_nz ? aM_d : tM_d) * (p.a_nz ? aK_d : tK_d) * ea_d * a_mult * sc.a_gm;
+    const D b_task = (p.b_nz ? aN_d : tN_d) * (p.b_nz ? aK_d : tK_d) * ea_d * b_mult * sc.b_gm;
     // Whole-chip reads: every (M block, K block) panel of A is read by all nB column blocks.
     const double batch_d = double(batch);
     const D R = fma(A_b * batch_d * to_d(nB), a_mult, B_b * batch_d * to_d(mB) * b_mult);
@@ -188,7 +227,11 @@ AOE_INLINE Priced<L> cube_eval_g(const SoC& s, const CubeProblem& p, const CubeP
     const D W = (A_b + B_b) * conc_batches;
     const Mk l2_tiled = l2on & (W > c.l2u), untiled = mnot(l2_tiled);
     D hbm_rd = zero, waves = zero;
-    if (any(l2_tiled)) {
+    if constexpr (Conv) {  // never L2-tiled
+        const D miss = sel(W <= c.l2u, zero, 1.0 - c.l2u / W);
+        hbm_rd = fma(miss, vmax(zero, R - comp), comp);
+        waves = to_d(ceil_div(tasks, uc));
+    } else if (any(l2_tiled)) {
         // L2 tiling: the re-read working set is one L2 tile; the operand that is not kept is
         // fetched from HBM once per L2 tile of the other dimension.
         const D tileB = vmin(to_d(l2Nb * sN), splat<D>(c.gmN)) * c.gmK * ea_d;
@@ -198,7 +241,7 @@ AOE_INLINE Priced<L> cube_eval_g(const SoC& s, const CubeProblem& p, const CubeP
         hbm_rd = sel(l2_tiled, vmin(R, fma(miss, vmax(zero, R - comp_t), comp_t)), hbm_rd);
         waves = sel(l2_tiled, to_d(l2Mc * l2Nc) * to_d(ceil_div(batch * l2Mb * l2Nb * kB, uc)), waves);
     }
-    if (any(untiled)) {
+    if (!Conv && any(untiled)) {
         const D miss = sel(W <= c.l2u, zero, 1.0 - c.l2u / W);
         hbm_rd = sel(untiled, fma(miss, vmax(zero, R - comp), comp), hbm_rd);
         waves = sel(untiled, to_d(ceil_div(tasks, uc)), waves);
@@ -206,7 +249,7 @@ AOE_INLINE Priced<L> cube_eval_g(const SoC& s, const CubeProblem& p, const CubeP
     const D fh = sel(R > 0, hbm_rd / R, one);
 
     // --- per-core rates: HBM is shared by the active cores, L2 too (kept as cycles per byte) ---
-    const D active = to_d(vmin(uc, tasks));
+    const D active = to_d(Conv ? uc : vmin(uc, tasks));  // (a conv's uc is clamped already)
     const D cpb_hbm_share = active * c.inv_hbm_bpc;
     const D cpb_h = vmax(splat<D>(c.inv_ddr), cpb_hbm_share);
     const D cpb_l2 = vmax(splat<D>(c.inv_l2_rate), active * c.inv_l2_bpc);
@@ -214,7 +257,7 @@ AOE_INLINE Priced<L> cube_eval_g(const SoC& s, const CubeProblem& p, const CubeP
 
     // DMA burst lengths: NZ chunks are long runs, ND rows are short strided bursts through ND2NZ.
     const D rowsA = to_d(vmin(mul(stM, bM), tM)), kA = to_d(vmin(mul(sKa, bK), tK));
-    const D colsB = to_d(vmin(mul(stN, bN), tN)), kBl = to_d(vmin(mul(sKb, bK), tK));
+    const D colsB = to_d(vmin(StN1 ? bN : mul(stN, bN), tN)), kBl = to_d(vmin(mul(sKb, bK), tK));
     const double Md = double(p.M), Nd = double(p.N), Kd = double(p.K);
     D runA, runB;
     if (p.a_nz) runA = sel(rowsA >= Md, rowsA * kA * ea_d, rowsA * 32.0);
@@ -229,18 +272,19 @@ AOE_INLINE Priced<L> cube_eval_g(const SoC& s, const CubeProblem& p, const CubeP
 
     Task<L> t;
     t.mte2_a = a_task * cpb_rd * inv_effA;
-    t.mte2_b = b_task * cpb_rd * inv_effB + (p.bias ? to_d(tN) * 4.0 * cpb_h : zero);
+    t.mte2_b = b_task * cpb_rd * inv_effB + (p.bias ? tN_d * 4.0 * cpb_h : zero);
     // L0 reuse: with a single K step the A block stays in L0A across the N-inner loop (and B in
     // L0B across the M-inner loop).
-    const D l0a = to_d(aM) * to_d(aK) * ea_d * sel((kIter == 1) & (ord == 1), one, to_d(nIter));
-    const D l0b = to_d(aN) * to_d(aK) * ea_d * sel((kIter == 1) & (ord == 0), one, to_d(mIter));
+    const D l0a = aM_d * aK_d * ea_d * sel((kIter == 1) & (ord == 1), one, to_d(nIter));
+    const D l0b = aN_d * aK_d * ea_d * sel((kIter == 1) & (ord == 0), one, to_d(mIter));
     t.mte1_a = l0a * c.inv_l0a;
     t.mte1_b = l0b * c.inv_l0b;
     const D n_blocks = to_d(mul(mIter, nIter, kIter));
-    t.cube = fma(to_d(aM >> 4) * to_d(aN >> 4) * to_d(aK >> c.k0_log2), splat<D>(p.cube_scale),
+    // fractals: aM / 16 is aM >> 4 (aM a multiple of 16), whose double is aM's scaled by 2^-4, exactly
+    t.cube = fma(aM_d * 0.0625 * (aN_d * 0.0625) * (aK_d * (1.0 / double(k0))), splat<D>(p.cube_scale),
                  s.mmad_overhead_cycles * n_blocks);
     // an NZ output is written in whole fractals, padding included (as the compulsory bytes count it)
-    const D out_task = to_d(p.c_nz ? aM : tM) * to_d(p.c_nz ? aN : tN) * out_e;
+    const D out_task = (p.c_nz ? aM_d : tM_d) * (p.c_nz ? aN_d : tN_d) * out_e;
     const D runC = p.c_nz ? to_d(vmin(bM, aM)) * 32.0 : to_d(vmin(bN, tN)) * out_e;
     t.fix = out_task * vmax(splat<D>(c.inv_fix), cpb_h) * (runC + s.dma_overhead_bytes) / runC;
     const D chunks_a = a_mult * to_d(mT) * to_d(ceil_div(kIter, sKa));

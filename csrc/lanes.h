@@ -164,6 +164,15 @@ template <class I>
 AOE_INLINE I mul(int64_t a, I b) { return mul(splat<I>(a), b); }
 template <class A, class B, class C, class... R>
 AOE_INLINE auto mul(A a, B b, C c, R... r) { return mul(mul(a, b), c, r...); }
+// a * 2^k, wrapping as mul does (a shift of the unsigned bits: defined for every a), k in [0, 63]: one
+// instruction where mul checks its operands and may take the long way.
+AOE_INLINE int64_t shl(int64_t a, int64_t k) { return int64_t(uint64_t(a) << k); }
+template <class I, class K>
+AOE_INLINE I shl(I a, K k) {
+    typedef uint64_t U __attribute__((vector_size(sizeof(I))));
+    if constexpr (std::is_integral_v<K>) return (I)((U)a << k);
+    else return (I)((U)a << (U)k);
+}
 
 // std::min / std::max, lane by lane (the same operand order, so NaNs pass the same way).
 template <class T>

@@ -48,6 +48,7 @@ CubePrep prepare_cube(const SoC& s, const CubeProblem& p) {
     c.batch = std::max(p.batch_a, p.batch_b);
     c.k0 = 32 / p.ea;  // fractal K: 16 fp16, 32 int8, 8 fp32
     c.k0_log2 = c.k0 == 32 ? 5 : c.k0 == 16 ? 4 : 3;
+    c.ea_log2 = 5 - c.k0_log2;  // element bytes are 1, 2 or 4 (dtype_bytes)
     c.Mal = align_pow2(p.M, 16);
     c.Nal = align_pow2(p.N, 16);
     c.Kal = align_pow2(p.K, c.k0);

@@ -118,3 +118,30 @@ def test_huge_fields_take_the_exact_path_of_every_set(soc_name, op):
                 np.testing.assert_allclose(t[ok], ref_t[ok], rtol=1e-14)
             else:
                 assert np.array_equal(t, ref_t), (isa, full)
+
+
+def test_step_ka_kb_rule_fires_exactly_when_neither_divides_the_other():
+    # The SIMD sets test the stepKa/stepKb rule as "larger mod smaller != 0" (one modulo, not two); the
+    # rule is: the steps differ and neither is a multiple of the other. Valid rows get every pair of
+    # steps up to the K iterations (depths kept consistent), on every set, SIMD and one-row.
+    soc = load_soc("Ascend910B2")
+    op = sim.MatMul(m=4096, n=3072, k=768)
+    F = {name: i for i, name in enumerate(_sim.strategy_fields(_sim.K_MATMUL))}
+    valid = np.concatenate([c for _, c in zip(range(40), space_for(soc, op).chunks(16))])
+    rows, fires = [], []
+    for row in valid[::7]:
+        k_iter = -(-min(row[F["singleCoreK"]], 768) // row[F["baseK"]])
+        for a in range(1, k_iter + 1):
+            for b in range(1, k_iter + 1):
+                r = row.copy()
+                r[F["stepKa"]], r[F["stepKb"]] = a, b
+                r[F["depthA1"]], r[F["depthB1"]] = r[F["stepM"]] * a, r[F["stepN"]] * b
+                rows.append(r)
+                fires.append(a != b and a % b != 0 and b % a != 0)
+    rows, fires = np.ascontiguousarray(np.array(rows)), np.array(fires)
+    assert 0.1 < fires.mean() < 0.9
+    for isa in RUNNABLE:
+        for full in (False, True):
+            _, r = _sim._times_with(isa, soc.native, op.kind, op.params(), rows, full)
+            assert np.array_equal(r == 9, fires), (isa, full)  # 9: RS_INCONSISTENT
+            assert np.isin(r[~fires], [0, 7]).all()  # otherwise valid, or over L1 with the deeper buffers
