@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <structmember.h>  // T_OBJECT_EX (an Entry slot)
 #include <sys/stat.h>
 
 #include <climits>
@@ -211,14 +212,17 @@ bool call_lock(PyObject* lock, bool acquire) {
 
 // `OpFile.resolve_fast` (see there), natively: under the bank's lock, the one line filed under `h`,
 // if it is still that and unparsed, checked and cached by `scan` and indexed with the same stores in
-// the same order. `state` = (pending, index, recs, bulk): the OpFile's containers (`OpFile.fast`).
-// 1: indexed (*out: its case); 0: the line is not the usual case; 2: not tried (the state is not
-// the usual one: a line appended since the load, say); -1: an error is set. Nothing changed but on 1.
+// the same order. `state` = (pending, quick, recs, bulk): the OpFile's containers (`OpFile.fast`);
+// the case's line number goes to `quick`, the index stores that `OpFile.index` makes when it is next
+// read (a lookup never reads the index: hashing the packed key into a large dict was a third of
+// the call). 1: indexed (*out: its case); 0: the line is not the usual case; 2: not tried (the state
+// is not the usual one: a line appended since the load, say); -1: an error is set. Nothing changed
+// but on 1.
 int resolve_first(const Spec& sp, PyObject* state, PyObject* lock, PyObject* hits, PyObject* h, PyObject* packed,
                   PyObject** out) {
-    PyObject *pending = PyTuple_GET_ITEM(state, 0), *index = PyTuple_GET_ITEM(state, 1);
+    PyObject *pending = PyTuple_GET_ITEM(state, 0), *quick = PyTuple_GET_ITEM(state, 1);
     PyObject *recs = PyTuple_GET_ITEM(state, 2), *bulk = PyTuple_GET_ITEM(state, 3);
-    if (!PyDict_CheckExact(pending) || !PyDict_CheckExact(index) || !PyList_CheckExact(recs) || !PyTuple_CheckExact(bulk))
+    if (!PyDict_CheckExact(pending) || !PyList_CheckExact(quick) || !PyList_CheckExact(recs) || !PyTuple_CheckExact(bulk))
         return 2;
     if (!call_lock(lock, true)) return -1;
     int rc = 2;
@@ -233,11 +237,11 @@ int resolve_first(const Spec& sp, PyObject* state, PyObject* lock, PyObject* hit
         if (c == nullptr) PyErr_Clear();  // not the usual case: the Python path resolves it
     }
     if (c != nullptr && PyObject_RichCompareBool(PyTuple_GET_ITEM(c, 1), h, Py_EQ) == 1) {
-        // `_index_line`'s stores for the first line of a new case, in its order: the hit before the
-        // pending entry goes (a reader that sees neither would miss the case)
+        // `resolve_fast`'s stores, in its order: the hit before the pending entry goes (a reader that
+        // sees neither would miss the case)
         PyObject* k = PyTuple_Pack(2, h, PyTuple_GET_ITEM(c, 0));
         Py_INCREF(i);
-        rc = k != nullptr && PyList_SetItem(recs, at, (Py_XINCREF(k), k)) == 0 && PyDict_SetItem(index, k, i) == 0 &&
+        rc = k != nullptr && PyList_SetItem(recs, at, (Py_XINCREF(k), k)) == 0 && PyList_Append(quick, i) == 0 &&
                      PyDict_SetItem(hits, h, c) == 0 && PyDict_DelItem(pending, h) == 0
                  ? 1
                  : -1;
@@ -254,7 +258,21 @@ int resolve_first(const Spec& sp, PyObject* state, PyObject* lock, PyObject* hit
     return rc;
 }
 
-// bank_probe(spec, fd, signature, key, hash_fn, hits, state, lock) -> the cached case of the key; or
+// The `Entry` of a cached case, as `opfile.entry_of` makes it (the type's own allocation, its three
+// slots set): built here, a lookup that finds its case runs no Python function after the call.
+PyObject* new_entry(const Spec& sp, PyObject* c) {
+    auto* type = reinterpret_cast<PyTypeObject*>(sp.entry_type);
+    PyObject* e = type->tp_alloc(type, 0);
+    if (e == nullptr) return nullptr;
+    char* base = reinterpret_cast<char*>(e);
+    *reinterpret_cast<PyObject**>(base + sp.op_off) = Py_NewRef(sp.entry_op);
+    *reinterpret_cast<PyObject**>(base + sp.source_off) = Py_NewRef(sp.entry_source);
+    *reinterpret_cast<PyObject**>(base + sp.case_off) = Py_NewRef(c);
+    return e;
+}
+
+// bank_probe(spec, fd, signature, key, hash_fn, hits, state, lock) -> the Entry of the key's cached case
+// (the case tuple itself for a spec made without the Entry type); or
 // (id, packed key) when the id holds no case with that key; or (id, packed key, False) when its
 // filed line is not the usual case (the Python path resolves it); or None when the Python path must
 // answer (fstat shows a changed file, or the key is not an exact dict of plain values). fd -1: the
@@ -315,9 +333,9 @@ PyObject* bank_probe(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
             std::memcmp(PyBytes_AS_STRING(k), PyBytes_AS_STRING(packed), size_t(PyBytes_GET_SIZE(k))) == 0) {
             Py_DECREF(packed);
             Py_DECREF(h);
-            Py_INCREF(v);
+            PyObject* e = sp->entry_type != nullptr ? new_entry(*sp, v) : Py_NewRef(v);
             Py_XDECREF(c);
-            return v;
+            return e;
         }
     }
     Py_XDECREF(c);
@@ -331,9 +349,9 @@ PyObject* bank_probe(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 
 PyMethodDef kProbeDef = {
     "bank_probe", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(bank_probe)), METH_FASTCALL,
-    "bank_probe(spec, fd, signature, key, hash_fn, hits, state, lock) -> the cached case (found, or "
-    "cached now by a first lookup), (id, packed key[, False]) to look further, or None (the Python path "
-    "answers)."};
+    "bank_probe(spec, fd, signature, key, hash_fn, hits, state, lock) -> the Entry of the cached case "
+    "(found, or cached now by a first lookup), (id, packed key[, False]) to look further, or None (the "
+    "Python path answers)."};
 
 PyMethodDef kPackDef = {"bank_pack", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(bank_pack)),
                         METH_FASTCALL,
@@ -362,7 +380,7 @@ PyObject* interned(const std::string& s) {
 py::object bank_spec(const std::string& op, bool vector, const std::vector<std::string>& key_fields,
                      const std::vector<std::string>& knowledge_fields, long long know_max, double perf_max,
                      py::dict attrs_cache, py::object attrs_fn, py::object unparsed,
-                     const std::vector<std::string>& impl_names) {
+                     const std::vector<std::string>& impl_names, py::object entry_type, py::object source) {
     auto sp = std::make_unique<Spec>();
     sp->op_lit = ",\"op\":\"" + op + "\"";
     sp->vector = vector;
@@ -387,6 +405,23 @@ py::object bank_spec(const std::string& op, bool vector, const std::vector<std::
     sp->attrs_cache = attrs_cache.release().ptr();
     sp->attrs_fn = attrs_fn.release().ptr();
     sp->unparsed = unparsed.release().ptr();
+    if (!entry_type.is_none()) {
+        // the Entry's slots: where its member descriptors say they are (a type with __slots__ only)
+        if (!PyType_Check(entry_type.ptr())) throw py::type_error("bank_spec: entry_type must be a type");
+        Py_ssize_t* offs[3] = {&sp->op_off, &sp->source_off, &sp->case_off};
+        const char* names[3] = {"op", "source", "_c"};
+        for (int j = 0; j < 3; ++j) {
+            py::object d = entry_type.attr(names[j]);
+            if (Py_TYPE(d.ptr()) != &PyMemberDescr_Type) throw py::type_error("bank_spec: entry_type needs slots op, source, _c");
+            PyMemberDef* m = reinterpret_cast<PyMemberDescrObject*>(d.ptr())->d_member;
+            if (m->type != T_OBJECT_EX) throw py::type_error("bank_spec: entry_type's slots must be object slots");
+            *offs[j] = m->offset;
+        }
+        if (!py::isinstance<py::str>(source)) throw py::type_error("bank_spec: source must be a str");
+        sp->entry_op = interned(op);
+        sp->entry_source = source.release().ptr();
+        sp->entry_type = entry_type.release().ptr();
+    }
     PyObject* cap = PyCapsule_New(sp.get(), kCapsule, spec_free);
     if (cap == nullptr) throw py::error_already_set();
     sp.release();
@@ -407,6 +442,7 @@ void register_bank_scan(py::module_& m) {
     m.def("bank_spec", &bank_spec, py::arg("op"), py::arg("vector"), py::arg("key_fields"),
           py::arg("knowledge_fields"), py::arg("know_max"), py::arg("perf_max"), py::arg("attrs_cache"),
           py::arg("attrs_fn"), py::arg("unparsed"), py::arg("impl_names") = std::vector<std::string>{},
+          py::arg("entry_type") = py::none(), py::arg("source") = py::none(),
           "What `bank_scan` checks the lines of one operator file against (an opaque capsule).");
     add_function(m, &kScanDef);
     add_function(m, &kCaseDef);

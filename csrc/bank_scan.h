@@ -32,6 +32,10 @@ struct Spec {
     PyObject* attrs_cache = nullptr;       // dict: attrs JSON text -> its packed canonical bytes
     PyObject* attrs_fn = nullptr;          // attrs dict -> packed canonical bytes (the Python packer)
     PyObject* unparsed = nullptr;          // a filed line's record before it is parsed (jsonl.UNPARSED)
+    PyObject* entry_type = nullptr;        // opfile.Entry (nullptr: a lookup answers with the case tuple)
+    PyObject* entry_op = nullptr;          // ... and what an Entry of this file holds in its slots `op`
+    PyObject* entry_source = nullptr;      // and `source`, at these offsets (its member descriptors')
+    Py_ssize_t op_off = 0, source_off = 0, case_off = 0;
 
     ~Spec() {
         for (PyObject* k : know_keys) Py_XDECREF(k);
@@ -42,6 +46,9 @@ struct Spec {
         Py_XDECREF(attrs_cache);
         Py_XDECREF(attrs_fn);
         Py_XDECREF(unparsed);
+        Py_XDECREF(entry_type);
+        Py_XDECREF(entry_op);
+        Py_XDECREF(entry_source);
     }
 };
 
