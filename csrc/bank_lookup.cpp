@@ -97,6 +97,85 @@ bool pack_int_list(PyObject* l, Packed& out) {
     return true;
 }
 
+// What identifies a query's attrs value exactly: a type tag and the value's bytes, recursively (exact
+// bool, int within int64, float by its bits, str, None, list and dict of these; nothing else). Two
+// values with the same fingerprint are the same JSON value, so they pack the same: the packed attrs
+// of a fingerprint seen before are taken from the cache instead of calling the Python packer (whose
+// frame and sorted dump were a fifth of a vector lookup). false: not such a value (or too deep).
+bool attrs_fingerprint(PyObject* v, Packed& out, int depth) {
+    if (depth > 16) return false;
+    if (v == Py_None) {
+        out.put("n", 1);
+    } else if (PyBool_Check(v)) {
+        out.put(v == Py_True ? "t" : "f", 1);
+    } else if (PyLong_CheckExact(v)) {
+        int overflow = 0;
+        const long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow != 0 || (x == -1 && PyErr_Occurred())) return false;
+        out.put("i", 1);
+        out.i64(uint64_t(x));
+    } else if (PyFloat_CheckExact(v)) {
+        const double d = PyFloat_AS_DOUBLE(v);
+        uint64_t bits;
+        std::memcpy(&bits, &d, 8);
+        out.put("d", 1);
+        out.i64(bits);
+    } else if (PyUnicode_CheckExact(v)) {
+        Py_ssize_t n;
+        const char* t = PyUnicode_AsUTF8AndSize(v, &n);
+        if (t == nullptr) return false;
+        out.put("s", 1);
+        out.u32(uint32_t(n));
+        out.put(t, size_t(n));
+    } else if (PyList_CheckExact(v)) {
+        const Py_ssize_t n = PyList_GET_SIZE(v);
+        out.put("l", 1);
+        out.u32(uint32_t(n));
+        for (Py_ssize_t i = 0; i < n; ++i) {
+            if (!attrs_fingerprint(PyList_GET_ITEM(v, i), out, depth + 1)) return false;
+        }
+    } else if (PyDict_CheckExact(v)) {
+        out.put("o", 1);
+        out.u32(uint32_t(PyDict_GET_SIZE(v)));
+        Py_ssize_t pos = 0;
+        PyObject *k, *x;
+        while (PyDict_Next(v, &pos, &k, &x)) {
+            if (!PyUnicode_CheckExact(k) || !attrs_fingerprint(k, out, depth + 1) ||
+                !attrs_fingerprint(x, out, depth + 1))
+                return false;
+        }
+    } else {
+        return false;
+    }
+    return true;
+}
+
+// The packed canonical attrs of a query's (non-empty) attrs dict: from the cache by fingerprint, else
+// by the Python packer (`sp.attrs_fn`, which raises where the Python path does). A new reference, or
+// nullptr (an error may be set). The fingerprints live in the attrs cache beside the JSON texts of
+// the lines (`read_attrs`), apart from them by their first byte (a text starts with '{').
+PyObject* packed_attrs(const Spec& sp, PyObject* attrs) {
+    Packed fp;
+    fp.put("\0", 1);
+    PyObject* key = attrs_fingerprint(attrs, fp, 0) ? fp.bytes() : nullptr;
+    if (key == nullptr) {
+        PyErr_Clear();
+        return PyObject_CallOneArg(sp.attrs_fn, attrs);
+    }
+    PyObject* packed = PyDict_GetItemWithError(sp.attrs_cache, key);  // borrowed
+    if (packed != nullptr) {
+        Py_DECREF(key);
+        return Py_NewRef(packed);
+    }
+    packed = PyErr_Occurred() ? nullptr : PyObject_CallOneArg(sp.attrs_fn, attrs);
+    if (packed != nullptr && PyBytes_CheckExact(packed)) {
+        if (PyDict_GET_SIZE(sp.attrs_cache) >= kAttrsCacheMax) PyDict_Clear(sp.attrs_cache);
+        if (PyDict_SetItem(sp.attrs_cache, key, packed) != 0) Py_CLEAR(packed);
+    }
+    Py_DECREF(key);
+    return packed;
+}
+
 // The packed key of a query, as `OpSchema.pack` makes it for an exact dict of exact values; false
 // for anything else (the Python packer then decides, and raises where it does).
 bool pack_query(const Spec& sp, PyObject* info, Packed& out) {
@@ -144,7 +223,7 @@ bool pack_query(const Spec& sp, PyObject* info, Packed& out) {
         out.put("{}", 2);
         return true;
     }
-    PyObject* attrs = PyObject_CallOneArg(sp.attrs_fn, v[6]);
+    PyObject* attrs = packed_attrs(sp, v[6]);
     bool ok = attrs != nullptr && PyBytes_CheckExact(attrs);
     if (ok) out.put(PyBytes_AS_STRING(attrs), size_t(PyBytes_GET_SIZE(attrs)));
     Py_XDECREF(attrs);
@@ -316,10 +395,25 @@ PyObject* bank_probe(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     PyObject* v = PyDict_GetItemWithError(args[5], h);  // borrowed
     PyObject* c = nullptr;
     int first = 0;
-    if (v == nullptr && !PyErr_Occurred() && args[6] != Py_None &&
-        PyDict_Contains(PyTuple_GET_ITEM(args[6], 0), h) == 1) {
-        first = resolve_first(*sp, args[6], args[7], args[5], h, packed, &c);  // (c: a new reference)
-        v = c;
+    if (v == nullptr && !PyErr_Occurred() && args[6] != Py_None) {
+        PyObject* i = PyDict_GetItemWithError(PyTuple_GET_ITEM(args[6], 0), h);  // pending: its line's number
+        if (i != nullptr) {
+            // the line's slots and the line itself are far apart and rarely cached: asked for now, they
+            // arrive while the bank's lock is taken (a prefetch never faults; what is read under the
+            // lock is read again there)
+            PyObject *recs = PyTuple_GET_ITEM(args[6], 2), *bulk = PyTuple_GET_ITEM(args[6], 3);
+            const Py_ssize_t at = PyLong_CheckExact(i) ? PyLong_AsSsize_t(i) : -1;
+            if (at >= 0 && PyList_CheckExact(recs) && at < PyList_GET_SIZE(recs) && PyTuple_CheckExact(bulk) &&
+                at < PyTuple_GET_SIZE(bulk)) {
+                __builtin_prefetch(&PyList_GET_ITEM(recs, at));
+                const char* ln = reinterpret_cast<const char*>(PyTuple_GET_ITEM(bulk, at));
+                __builtin_prefetch(ln);
+                __builtin_prefetch(ln + 64);
+            }
+            PyErr_Clear();
+            first = resolve_first(*sp, args[6], args[7], args[5], h, packed, &c);  // (c: a new reference)
+            v = c;
+        }
     }
     if (PyErr_Occurred() || first < 0) {
         Py_DECREF(packed);

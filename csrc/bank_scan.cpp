@@ -21,7 +21,6 @@ namespace {
 constexpr int kMaxDepth = 32;          // nesting accepted in extra fields (orjson's own limit is far above)
 constexpr int kMaxIntDigits = 18;      // larger integers: the Python path (orjson turns > 64-bit ones into floats)
 constexpr size_t kMaxFloatChars = 40;  // longer number tokens: the Python path
-constexpr Py_ssize_t kAttrsCacheMax = 65536;  // attrs texts cached (then the cache starts again)
 
 bool is_digit(char c) { return static_cast<unsigned char>(c - '0') < 10; }
 

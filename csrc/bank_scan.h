@@ -13,6 +13,8 @@
 
 namespace aoebank {
 
+constexpr Py_ssize_t kAttrsCacheMax = 65536;  // packed attrs cached (then the cache starts again)
+
 // What the bank checks a line of one operator file against (built once per file by `bank_spec`).
 struct Spec {
     std::string op_lit;                    // `,"op":"<op type>"` (the "op" member must name the file's op)
