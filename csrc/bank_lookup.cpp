@@ -474,7 +474,8 @@ PyObject* interned(const std::string& s) {
 py::object bank_spec(const std::string& op, bool vector, const std::vector<std::string>& key_fields,
                      const std::vector<std::string>& knowledge_fields, long long know_max, double perf_max,
                      py::dict attrs_cache, py::object attrs_fn, py::object unparsed,
-                     const std::vector<std::string>& impl_names, py::object entry_type, py::object source) {
+                     const std::vector<std::string>& impl_names, py::object entry_type, py::object source,
+                     py::object know_proto) {
     auto sp = std::make_unique<Spec>();
     sp->op_lit = ",\"op\":\"" + op + "\"";
     sp->vector = vector;
@@ -486,10 +487,24 @@ py::object bank_spec(const std::string& op, bool vector, const std::vector<std::
         sp->know_lits.push_back("\"" + f + "\":");
         sp->know_keys.push_back(interned(f));
     }
-    sp->know_proto = PyDict_New();
-    if (sp->know_proto == nullptr) throw py::error_already_set();
-    for (PyObject* k : sp->know_keys) {
-        if (PyDict_SetItem(sp->know_proto, k, Py_None) != 0) throw py::error_already_set();
+    if (!know_proto.is_none()) {
+        // the caller's prototype (opfile.py: a key-sharing dict); it must be exactly the fields -> None
+        PyObject* d = know_proto.ptr();
+        bool ok = PyDict_CheckExact(d) && PyDict_GET_SIZE(d) == Py_ssize_t(sp->know_keys.size());
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        for (size_t j = 0; ok && PyDict_Next(d, &pos, &k, &v); ++j) {
+            ok = v == Py_None && PyUnicode_Check(k) && PyUnicode_Compare(k, sp->know_keys[j]) == 0;
+        }
+        if (PyErr_Occurred()) throw py::error_already_set();
+        if (!ok) throw py::value_error("bank_spec: know_proto must map the knowledge fields, in order, to None");
+        sp->know_proto = know_proto.release().ptr();
+    } else {
+        sp->know_proto = PyDict_New();
+        if (sp->know_proto == nullptr) throw py::error_already_set();
+        for (PyObject* k : sp->know_keys) {
+            if (PyDict_SetItem(sp->know_proto, k, Py_None) != 0) throw py::error_already_set();
+        }
     }
     sp->know_max = know_max;
     sp->impl_names = impl_names;
@@ -536,7 +551,7 @@ void register_bank_scan(py::module_& m) {
     m.def("bank_spec", &bank_spec, py::arg("op"), py::arg("vector"), py::arg("key_fields"),
           py::arg("knowledge_fields"), py::arg("know_max"), py::arg("perf_max"), py::arg("attrs_cache"),
           py::arg("attrs_fn"), py::arg("unparsed"), py::arg("impl_names") = std::vector<std::string>{},
-          py::arg("entry_type") = py::none(), py::arg("source") = py::none(),
+          py::arg("entry_type") = py::none(), py::arg("source") = py::none(), py::arg("know_proto") = py::none(),
           "What `bank_scan` checks the lines of one operator file against (an opaque capsule).");
     add_function(m, &kScanDef);
     add_function(m, &kCaseDef);

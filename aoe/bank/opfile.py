@@ -221,7 +221,25 @@ def native_checker(op_type: str, schema: OpSchema, source: str | None = None) ->
                           list(schema.knowledge_fields), KNOWLEDGE_MAX, MAX_PERF_US, _ATTRS_PACKED,
                           lambda attrs: _attrs_bytes(op_type, attrs), _UNPARSED,
                           sorted(IMPL_NAMES) if schema.family != "vector" else [],
-                          Entry if source is not None else None, source)
+                          Entry if source is not None else None, source, _knowledge_proto(schema.knowledge_fields))
+
+
+_PROTOS: dict[tuple[str, ...], dict[str, None]] = {}
+
+
+def _knowledge_proto(fields: Any) -> dict[str, None]:
+    """The dict the native pass copies for a line's knowledge: each field -> None, in order, made as an
+    object's `__dict__` so that it shares its keys table (CPython's split dict, up to 30 keys) with
+    every copy: a cached MatMul case then holds its 23 values (about 0.3 KB), not a table of its own
+    (0.8 KB), which a growing cache of cases had to fault in page by page. A plain dict all the same."""
+    key = tuple(fields)
+    d = _PROTOS.get(key)
+    if d is None:
+        holder = type("_Knowledge", (), {})()
+        for f in key:
+            setattr(holder, f, None)
+        d = _PROTOS.setdefault(key, holder.__dict__)
+    return d
 
 
 class OpFile:
