@@ -506,6 +506,7 @@ py::object bank_spec(const std::string& op, bool vector, const std::vector<std::
             if (PyDict_SetItem(sp->know_proto, k, Py_None) != 0) throw py::error_already_set();
         }
     }
+    sp->know_split = check_split_values(*sp);
     sp->know_max = know_max;
     sp->impl_names = impl_names;
     sp->perf_max = perf_max;

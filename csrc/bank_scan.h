@@ -25,6 +25,7 @@ struct Spec {
     std::vector<PyObject*> know_keys;      // ... the names as interned str (the cached dict's keys)
     PyObject* know_proto = nullptr;        // dict: every knowledge field (registry order) -> None, copied
                                            // for a line holding exactly those in that order
+    bool know_split = false;               // its copies' value slots are written directly (split_values)
     long long know_max = 0;                // largest knowledge value allowed
     std::vector<std::string> impl_names;   // the values an extra `"impl"` member may hold (any other extra
                                            // member: the line takes the Python path, which decides it)
@@ -99,6 +100,9 @@ private:
 // version, knowledge, aoe fields, line), untracked by the cyclic GC; nullptr (an error may be set)
 // when the line is not the usual case. want_id / want_packed: the query's, shared when equal.
 PyObject* scan(const Spec& sp, PyObject* line, PyObject* want_id = nullptr, PyObject* want_packed = nullptr);
+
+// Whether a copy of sp.know_proto may be filled through its value slots (see bank_scan.cpp).
+bool check_split_values(const Spec& sp);
 
 // The cached-case tuple of these six (references stolen), untracked by the cyclic GC.
 PyObject* make_case(PyObject* pk, PyObject* pid, PyObject* pv, PyObject* know, PyObject* aoe, PyObject* line);
