@@ -301,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     out["goals_met"] = {k: out[k] <= v for k, v in goals.items()}
     out["goals_met"]["no_lost_update"] = out["concurrent"]["lost"] == 0 and out["concurrent"]["best_kept"]
     out.update({"load_avg_1min": os.getloadavg()[0], "python": sys.version.split()[0],
-                "date": time.strftime("%Y-%m-%d", time.gmtime()), **machine(), "cpu_flags": cpu_flags()})
+                "date": time.strftime("%Y-%m-%d", time.gmtime()),
+                **{k: v for k, v in machine().items() if k != "load_1min"}, "cpu_flags": cpu_flags()})
     print(json.dumps(out))
     return 0
 

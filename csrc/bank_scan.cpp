@@ -240,6 +240,26 @@ bool read_int_list(Cur& c, Packed& out) {
     return true;
 }
 
+// The end of the object at `s` (past its closing brace) as brackets and plain strings delimit it, or
+// nullptr (a backslash, or no end): where a cached attrs text would end, found without reading it.
+const char* object_end(const char* s, const char* end) {
+    int depth = 0;
+    for (const char* p = s; p < end; ++p) {
+        const char ch = *p;
+        if (ch == '"') {
+            while (++p < end && *p != '"') {
+                if (*p == '\\') return nullptr;
+            }
+            if (p == end) return nullptr;
+        } else if (ch == '{' || ch == '[') {
+            ++depth;
+        } else if (ch == '}' || ch == ']') {
+            if (--depth == 0) return p + 1;
+        }
+    }
+    return nullptr;
+}
+
 // The packed canonical attrs (u32 length + canonical JSON) of the attrs object at `c`: looked up
 // by its text in the cache, else computed by the Python packer from the object read here.
 bool read_attrs(const Spec& sp, Cur& c, Packed& out) {
@@ -249,6 +269,19 @@ bool read_attrs(const Spec& sp, Cur& c, Packed& out) {
         return true;
     }
     const char* s = c.p;
+    if (const char* e = object_end(s, c.end)) {
+        // a text in the cache was read whole as an attrs object when it was put there, so the same
+        // bytes here are that object and end where it ended: no need to read them again
+        PyObject* text = PyBytes_FromStringAndSize(s, e - s);
+        PyObject* hit = text != nullptr ? PyDict_GetItemWithError(sp.attrs_cache, text) : nullptr;  // borrowed
+        Py_XDECREF(text);
+        if (hit != nullptr && PyBytes_CheckExact(hit)) {
+            out.put(PyBytes_AS_STRING(hit), size_t(PyBytes_GET_SIZE(hit)));
+            c.p = e;
+            return true;
+        }
+        PyErr_Clear();
+    }
     PyObject* obj = read_object(c, 1);
     if (obj == nullptr) return false;
     PyObject* text = PyBytes_FromStringAndSize(s, c.p - s);

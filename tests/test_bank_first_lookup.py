@@ -105,3 +105,20 @@ def test_query_attrs_of_different_types_are_packed_apart():
             for attrs in ({"a": v}, {"a": v, "b": 2}, {"b": 2, "a": v}):
                 key = {**ln_key(0), "attrs": attrs}
                 assert _sim.bank_pack(spec, key) == pack("LayerNorm", key), attrs
+
+
+def test_a_line_s_attrs_text_found_in_the_cache_is_its_packed_attrs():
+    # the second scan of each line finds its attrs text in the cache, delimited by brackets and strings
+    spec = native_checker("LayerNorm", schema_for("LayerNorm"))
+    pack = schema_for("LayerNorm").pack
+    know = {f: 1 for f in schema_for("LayerNorm").knowledge_fields}
+    for attrs in ({"a": "}"}, {"a": "]", "b": [1, {"c": "{["}]}, {"x": [[], {}], "y": 1.5}, {"z": "a\\\"b"},
+                  {"e": 1e-5}, {"e": 1}, {"e": True}):
+        key = {**ln_key(0), "attrs": attrs}
+        line = orjson.dumps({"id": 1, "op": "LayerNorm", "version": 1, "info_dict": key, "knowledge": know,
+                             "aoe": {"perf_us": 1.0}})
+        for _ in range(2):
+            c = _sim.bank_scan(spec, line)
+            assert c is None or c[0] == pack("LayerNorm", key), attrs
+        trailing = line.replace(b'"attrs":' + orjson.dumps(attrs), b'"attrs":' + orjson.dumps(attrs) + b',"q":1')
+        assert _sim.bank_scan(spec, trailing) is None  # (one member more in the key: not aoe's layout)
