@@ -14,8 +14,9 @@ format, then:
   (the first on the bank loaded above, which by then holds the cases of the families before, the
   others on a freshly loaded index of that file, loaded before the pass is timed: loading is
   `load_s`). `*_cpu_us`: the same in thread CPU time (the
-  machine is shared); `*_max_us`: the worst family; `bare_fstat_us`: one `os.fstat` of a bank
-  file's descriptor (the machine's syscall cost);
+  machine is shared); `*_max_us`: the worst family; `lookup_first_minflt`: minor page faults per
+  first lookup (the fresh pages the cases cached take, mean of the three passes: a count, not a
+  time); `bare_fstat_us`: one `os.fstat` of a bank file's descriptor (the machine's syscall cost);
 - `save_ms` / `save_cpu_ms`: one `save()` of one new case into a file of entries/10 records, mean of
   200, each appended under the lock and fdatasync'ed; `fdatasync_ms`: a bare 800-byte write + fdatasync
   in the same directory (the disk's floor under any durable save);
@@ -42,6 +43,7 @@ import gc
 import json
 import os
 import random
+import resource
 import subprocess
 import sys
 import tempfile
@@ -50,6 +52,8 @@ import time
 from pathlib import Path
 
 from aoe.bank import OpBank, make_pending
+from job_bench import machine  # (bench/: the date, CPU model and load of a measurement)
+from sim_throughput import cpu_flags
 from aoe.bank.jsonl import dumps
 from aoe.bank.schema import CONV_KNOWLEDGE, MATMUL_KNOWLEDGE, VECTOR_KNOWLEDGE, schema_for
 from aoe.bank.store import default_hash
@@ -142,20 +146,25 @@ def measure_load_lookup(root: Path, keys: dict[str, list[dict]], seed: int) -> d
     rng = random.Random(seed)
     out: dict = {"load_s": round(load_s, 3), "load_cpu_s": round(load_cpu, 3), "load_rss_mb": round(load_rss),
                  "gc_full_collection_ms": round(gc_ms, 1)}
-    first, first_cpu, again, again_cpu = {}, {}, {}, {}
+    first, first_cpu, again, again_cpu, faults = {}, {}, {}, {}, {}
     for op in OPS:
         sample = [json.loads(json.dumps(k)) for k in rng.sample(keys[op], min(20_000, len(keys[op])))]
         runs = []
         for rep in range(PASSES):  # the first on the bank loaded above, then on a fresh index each
             b = bank if rep == 0 else OpBank(root, SOC)
             b.file(op)  # (a fresh index is loaded before its pass: the load is `load_s`, not a lookup)
-            runs.append(_timed_lookups(b, op, sample) + _timed_lookups(b, op, sample))
+            f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            t = _timed_lookups(b, op, sample)
+            flt = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) / len(sample)
+            runs.append(t + _timed_lookups(b, op, sample) + (flt,))
+        faults[op] = round(sum(r[4] for r in runs) / len(runs), 3)
         first[op], first_cpu[op] = min(r[0] for r in runs), min(r[1] for r in runs)
         again[op], again_cpu[op] = min(r[2] for r in runs), min(r[3] for r in runs)
     for name, d in (("lookup_first", first), ("lookup_first_cpu", first_cpu), ("lookup_again", again),
                     ("lookup_again_cpu", again_cpu)):
         out[f"{name}_us"] = d
         out[f"{name}_max_us"] = max(d.values())
+    out["lookup_first_minflt"] = faults
     fd = os.open(bank.path_for(OPS[0]), os.O_RDONLY)
     t0 = time.perf_counter()
     for _ in range(20_000):
@@ -292,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     out["goals_met"] = {k: out[k] <= v for k, v in goals.items()}
     out["goals_met"]["no_lost_update"] = out["concurrent"]["lost"] == 0 and out["concurrent"]["best_kept"]
     out.update({"load_avg_1min": os.getloadavg()[0], "python": sys.version.split()[0],
-                "date": time.strftime("%Y-%m-%d", time.gmtime())})
+                "date": time.strftime("%Y-%m-%d", time.gmtime()),
+                **{k: v for k, v in machine().items() if k != "load_1min"}, "cpu_flags": cpu_flags()})
     print(json.dumps(out))
     return 0
 

@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <structmember.h>  // T_OBJECT_EX (an Entry slot)
 #include <sys/stat.h>
 
 #include <climits>
@@ -96,6 +97,85 @@ bool pack_int_list(PyObject* l, Packed& out) {
     return true;
 }
 
+// What identifies a query's attrs value exactly: a type tag and the value's bytes, recursively (exact
+// bool, int within int64, float by its bits, str, None, list and dict of these; nothing else). Two
+// values with the same fingerprint are the same JSON value, so they pack the same: the packed attrs
+// of a fingerprint seen before are taken from the cache instead of calling the Python packer (whose
+// frame and sorted dump were a fifth of a vector lookup). false: not such a value (or too deep).
+bool attrs_fingerprint(PyObject* v, Packed& out, int depth) {
+    if (depth > 16) return false;
+    if (v == Py_None) {
+        out.put("n", 1);
+    } else if (PyBool_Check(v)) {
+        out.put(v == Py_True ? "t" : "f", 1);
+    } else if (PyLong_CheckExact(v)) {
+        int overflow = 0;
+        const long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow != 0 || (x == -1 && PyErr_Occurred())) return false;
+        out.put("i", 1);
+        out.i64(uint64_t(x));
+    } else if (PyFloat_CheckExact(v)) {
+        const double d = PyFloat_AS_DOUBLE(v);
+        uint64_t bits;
+        std::memcpy(&bits, &d, 8);
+        out.put("d", 1);
+        out.i64(bits);
+    } else if (PyUnicode_CheckExact(v)) {
+        Py_ssize_t n;
+        const char* t = PyUnicode_AsUTF8AndSize(v, &n);
+        if (t == nullptr) return false;
+        out.put("s", 1);
+        out.u32(uint32_t(n));
+        out.put(t, size_t(n));
+    } else if (PyList_CheckExact(v)) {
+        const Py_ssize_t n = PyList_GET_SIZE(v);
+        out.put("l", 1);
+        out.u32(uint32_t(n));
+        for (Py_ssize_t i = 0; i < n; ++i) {
+            if (!attrs_fingerprint(PyList_GET_ITEM(v, i), out, depth + 1)) return false;
+        }
+    } else if (PyDict_CheckExact(v)) {
+        out.put("o", 1);
+        out.u32(uint32_t(PyDict_GET_SIZE(v)));
+        Py_ssize_t pos = 0;
+        PyObject *k, *x;
+        while (PyDict_Next(v, &pos, &k, &x)) {
+            if (!PyUnicode_CheckExact(k) || !attrs_fingerprint(k, out, depth + 1) ||
+                !attrs_fingerprint(x, out, depth + 1))
+                return false;
+        }
+    } else {
+        return false;
+    }
+    return true;
+}
+
+// The packed canonical attrs of a query's (non-empty) attrs dict: from the cache by fingerprint, else
+// by the Python packer (`sp.attrs_fn`, which raises where the Python path does). A new reference, or
+// nullptr (an error may be set). The fingerprints live in the attrs cache beside the JSON texts of
+// the lines (`read_attrs`), apart from them by their first byte (a text starts with '{').
+PyObject* packed_attrs(const Spec& sp, PyObject* attrs) {
+    Packed fp;
+    fp.put("\0", 1);
+    PyObject* key = attrs_fingerprint(attrs, fp, 0) ? fp.bytes() : nullptr;
+    if (key == nullptr) {
+        PyErr_Clear();
+        return PyObject_CallOneArg(sp.attrs_fn, attrs);
+    }
+    PyObject* packed = PyDict_GetItemWithError(sp.attrs_cache, key);  // borrowed
+    if (packed != nullptr) {
+        Py_DECREF(key);
+        return Py_NewRef(packed);
+    }
+    packed = PyErr_Occurred() ? nullptr : PyObject_CallOneArg(sp.attrs_fn, attrs);
+    if (packed != nullptr && PyBytes_CheckExact(packed)) {
+        if (PyDict_GET_SIZE(sp.attrs_cache) >= kAttrsCacheMax) PyDict_Clear(sp.attrs_cache);
+        if (PyDict_SetItem(sp.attrs_cache, key, packed) != 0) Py_CLEAR(packed);
+    }
+    Py_DECREF(key);
+    return packed;
+}
+
 // The packed key of a query, as `OpSchema.pack` makes it for an exact dict of exact values; false
 // for anything else (the Python packer then decides, and raises where it does).
 bool pack_query(const Spec& sp, PyObject* info, Packed& out) {
@@ -143,7 +223,7 @@ bool pack_query(const Spec& sp, PyObject* info, Packed& out) {
         out.put("{}", 2);
         return true;
     }
-    PyObject* attrs = PyObject_CallOneArg(sp.attrs_fn, v[6]);
+    PyObject* attrs = packed_attrs(sp, v[6]);
     bool ok = attrs != nullptr && PyBytes_CheckExact(attrs);
     if (ok) out.put(PyBytes_AS_STRING(attrs), size_t(PyBytes_GET_SIZE(attrs)));
     Py_XDECREF(attrs);
@@ -211,14 +291,17 @@ bool call_lock(PyObject* lock, bool acquire) {
 
 // `OpFile.resolve_fast` (see there), natively: under the bank's lock, the one line filed under `h`,
 // if it is still that and unparsed, checked and cached by `scan` and indexed with the same stores in
-// the same order. `state` = (pending, index, recs, bulk): the OpFile's containers (`OpFile.fast`).
-// 1: indexed (*out: its case); 0: the line is not the usual case; 2: not tried (the state is not
-// the usual one: a line appended since the load, say); -1: an error is set. Nothing changed but on 1.
+// the same order. `state` = (pending, quick, recs, bulk): the OpFile's containers (`OpFile.fast`);
+// the case's line number goes to `quick`, the index stores that `OpFile.index` makes when it is next
+// read (a lookup never reads the index: hashing the packed key into a large dict was a third of
+// the call). 1: indexed (*out: its case); 0: the line is not the usual case; 2: not tried (the state
+// is not the usual one: a line appended since the load, say); -1: an error is set. Nothing changed
+// but on 1.
 int resolve_first(const Spec& sp, PyObject* state, PyObject* lock, PyObject* hits, PyObject* h, PyObject* packed,
                   PyObject** out) {
-    PyObject *pending = PyTuple_GET_ITEM(state, 0), *index = PyTuple_GET_ITEM(state, 1);
+    PyObject *pending = PyTuple_GET_ITEM(state, 0), *quick = PyTuple_GET_ITEM(state, 1);
     PyObject *recs = PyTuple_GET_ITEM(state, 2), *bulk = PyTuple_GET_ITEM(state, 3);
-    if (!PyDict_CheckExact(pending) || !PyDict_CheckExact(index) || !PyList_CheckExact(recs) || !PyTuple_CheckExact(bulk))
+    if (!PyDict_CheckExact(pending) || !PyList_CheckExact(quick) || !PyList_CheckExact(recs) || !PyTuple_CheckExact(bulk))
         return 2;
     if (!call_lock(lock, true)) return -1;
     int rc = 2;
@@ -233,11 +316,11 @@ int resolve_first(const Spec& sp, PyObject* state, PyObject* lock, PyObject* hit
         if (c == nullptr) PyErr_Clear();  // not the usual case: the Python path resolves it
     }
     if (c != nullptr && PyObject_RichCompareBool(PyTuple_GET_ITEM(c, 1), h, Py_EQ) == 1) {
-        // `_index_line`'s stores for the first line of a new case, in its order: the hit before the
-        // pending entry goes (a reader that sees neither would miss the case)
+        // `resolve_fast`'s stores, in its order: the hit before the pending entry goes (a reader that
+        // sees neither would miss the case)
         PyObject* k = PyTuple_Pack(2, h, PyTuple_GET_ITEM(c, 0));
         Py_INCREF(i);
-        rc = k != nullptr && PyList_SetItem(recs, at, (Py_XINCREF(k), k)) == 0 && PyDict_SetItem(index, k, i) == 0 &&
+        rc = k != nullptr && PyList_SetItem(recs, at, (Py_XINCREF(k), k)) == 0 && PyList_Append(quick, i) == 0 &&
                      PyDict_SetItem(hits, h, c) == 0 && PyDict_DelItem(pending, h) == 0
                  ? 1
                  : -1;
@@ -254,7 +337,21 @@ int resolve_first(const Spec& sp, PyObject* state, PyObject* lock, PyObject* hit
     return rc;
 }
 
-// bank_probe(spec, fd, signature, key, hash_fn, hits, state, lock) -> the cached case of the key; or
+// The `Entry` of a cached case, as `opfile.entry_of` makes it (the type's own allocation, its three
+// slots set): built here, a lookup that finds its case runs no Python function after the call.
+PyObject* new_entry(const Spec& sp, PyObject* c) {
+    auto* type = reinterpret_cast<PyTypeObject*>(sp.entry_type);
+    PyObject* e = type->tp_alloc(type, 0);
+    if (e == nullptr) return nullptr;
+    char* base = reinterpret_cast<char*>(e);
+    *reinterpret_cast<PyObject**>(base + sp.op_off) = Py_NewRef(sp.entry_op);
+    *reinterpret_cast<PyObject**>(base + sp.source_off) = Py_NewRef(sp.entry_source);
+    *reinterpret_cast<PyObject**>(base + sp.case_off) = Py_NewRef(c);
+    return e;
+}
+
+// bank_probe(spec, fd, signature, key, hash_fn, hits, state, lock) -> the Entry of the key's cached case
+// (the case tuple itself for a spec made without the Entry type); or
 // (id, packed key) when the id holds no case with that key; or (id, packed key, False) when its
 // filed line is not the usual case (the Python path resolves it); or None when the Python path must
 // answer (fstat shows a changed file, or the key is not an exact dict of plain values). fd -1: the
@@ -298,10 +395,25 @@ PyObject* bank_probe(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     PyObject* v = PyDict_GetItemWithError(args[5], h);  // borrowed
     PyObject* c = nullptr;
     int first = 0;
-    if (v == nullptr && !PyErr_Occurred() && args[6] != Py_None &&
-        PyDict_Contains(PyTuple_GET_ITEM(args[6], 0), h) == 1) {
-        first = resolve_first(*sp, args[6], args[7], args[5], h, packed, &c);  // (c: a new reference)
-        v = c;
+    if (v == nullptr && !PyErr_Occurred() && args[6] != Py_None) {
+        PyObject* i = PyDict_GetItemWithError(PyTuple_GET_ITEM(args[6], 0), h);  // pending: its line's number
+        if (i != nullptr) {
+            // the line's slots and the line itself are far apart and rarely cached: asked for now, they
+            // arrive while the bank's lock is taken (a prefetch never faults; what is read under the
+            // lock is read again there)
+            PyObject *recs = PyTuple_GET_ITEM(args[6], 2), *bulk = PyTuple_GET_ITEM(args[6], 3);
+            const Py_ssize_t at = PyLong_CheckExact(i) ? PyLong_AsSsize_t(i) : -1;
+            if (at >= 0 && PyList_CheckExact(recs) && at < PyList_GET_SIZE(recs) && PyTuple_CheckExact(bulk) &&
+                at < PyTuple_GET_SIZE(bulk)) {
+                __builtin_prefetch(&PyList_GET_ITEM(recs, at));
+                const char* ln = reinterpret_cast<const char*>(PyTuple_GET_ITEM(bulk, at));
+                __builtin_prefetch(ln);
+                __builtin_prefetch(ln + 64);
+            }
+            PyErr_Clear();
+            first = resolve_first(*sp, args[6], args[7], args[5], h, packed, &c);  // (c: a new reference)
+            v = c;
+        }
     }
     if (PyErr_Occurred() || first < 0) {
         Py_DECREF(packed);
@@ -315,9 +427,9 @@ PyObject* bank_probe(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
             std::memcmp(PyBytes_AS_STRING(k), PyBytes_AS_STRING(packed), size_t(PyBytes_GET_SIZE(k))) == 0) {
             Py_DECREF(packed);
             Py_DECREF(h);
-            Py_INCREF(v);
+            PyObject* e = sp->entry_type != nullptr ? new_entry(*sp, v) : Py_NewRef(v);
             Py_XDECREF(c);
-            return v;
+            return e;
         }
     }
     Py_XDECREF(c);
@@ -331,9 +443,9 @@ PyObject* bank_probe(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 
 PyMethodDef kProbeDef = {
     "bank_probe", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(bank_probe)), METH_FASTCALL,
-    "bank_probe(spec, fd, signature, key, hash_fn, hits, state, lock) -> the cached case (found, or "
-    "cached now by a first lookup), (id, packed key[, False]) to look further, or None (the Python path "
-    "answers)."};
+    "bank_probe(spec, fd, signature, key, hash_fn, hits, state, lock) -> the Entry of the cached case "
+    "(found, or cached now by a first lookup), (id, packed key[, False]) to look further, or None (the "
+    "Python path answers)."};
 
 PyMethodDef kPackDef = {"bank_pack", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(bank_pack)),
                         METH_FASTCALL,
@@ -362,7 +474,8 @@ PyObject* interned(const std::string& s) {
 py::object bank_spec(const std::string& op, bool vector, const std::vector<std::string>& key_fields,
                      const std::vector<std::string>& knowledge_fields, long long know_max, double perf_max,
                      py::dict attrs_cache, py::object attrs_fn, py::object unparsed,
-                     const std::vector<std::string>& impl_names) {
+                     const std::vector<std::string>& impl_names, py::object entry_type, py::object source,
+                     py::object know_proto) {
     auto sp = std::make_unique<Spec>();
     sp->op_lit = ",\"op\":\"" + op + "\"";
     sp->vector = vector;
@@ -374,11 +487,26 @@ py::object bank_spec(const std::string& op, bool vector, const std::vector<std::
         sp->know_lits.push_back("\"" + f + "\":");
         sp->know_keys.push_back(interned(f));
     }
-    sp->know_proto = PyDict_New();
-    if (sp->know_proto == nullptr) throw py::error_already_set();
-    for (PyObject* k : sp->know_keys) {
-        if (PyDict_SetItem(sp->know_proto, k, Py_None) != 0) throw py::error_already_set();
+    if (!know_proto.is_none()) {
+        // the caller's prototype (opfile.py: a key-sharing dict); it must be exactly the fields -> None
+        PyObject* d = know_proto.ptr();
+        bool ok = PyDict_CheckExact(d) && PyDict_GET_SIZE(d) == Py_ssize_t(sp->know_keys.size());
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        for (size_t j = 0; ok && PyDict_Next(d, &pos, &k, &v); ++j) {
+            ok = v == Py_None && PyUnicode_Check(k) && PyUnicode_Compare(k, sp->know_keys[j]) == 0;
+        }
+        if (PyErr_Occurred()) throw py::error_already_set();
+        if (!ok) throw py::value_error("bank_spec: know_proto must map the knowledge fields, in order, to None");
+        sp->know_proto = know_proto.release().ptr();
+    } else {
+        sp->know_proto = PyDict_New();
+        if (sp->know_proto == nullptr) throw py::error_already_set();
+        for (PyObject* k : sp->know_keys) {
+            if (PyDict_SetItem(sp->know_proto, k, Py_None) != 0) throw py::error_already_set();
+        }
     }
+    sp->know_split = check_split_values(*sp);
     sp->know_max = know_max;
     sp->impl_names = impl_names;
     sp->perf_max = perf_max;
@@ -387,6 +515,23 @@ py::object bank_spec(const std::string& op, bool vector, const std::vector<std::
     sp->attrs_cache = attrs_cache.release().ptr();
     sp->attrs_fn = attrs_fn.release().ptr();
     sp->unparsed = unparsed.release().ptr();
+    if (!entry_type.is_none()) {
+        // the Entry's slots: where its member descriptors say they are (a type with __slots__ only)
+        if (!PyType_Check(entry_type.ptr())) throw py::type_error("bank_spec: entry_type must be a type");
+        Py_ssize_t* offs[3] = {&sp->op_off, &sp->source_off, &sp->case_off};
+        const char* names[3] = {"op", "source", "_c"};
+        for (int j = 0; j < 3; ++j) {
+            py::object d = entry_type.attr(names[j]);
+            if (Py_TYPE(d.ptr()) != &PyMemberDescr_Type) throw py::type_error("bank_spec: entry_type needs slots op, source, _c");
+            PyMemberDef* m = reinterpret_cast<PyMemberDescrObject*>(d.ptr())->d_member;
+            if (m->type != T_OBJECT_EX) throw py::type_error("bank_spec: entry_type's slots must be object slots");
+            *offs[j] = m->offset;
+        }
+        if (!py::isinstance<py::str>(source)) throw py::type_error("bank_spec: source must be a str");
+        sp->entry_op = interned(op);
+        sp->entry_source = source.release().ptr();
+        sp->entry_type = entry_type.release().ptr();
+    }
     PyObject* cap = PyCapsule_New(sp.get(), kCapsule, spec_free);
     if (cap == nullptr) throw py::error_already_set();
     sp.release();
@@ -407,6 +552,7 @@ void register_bank_scan(py::module_& m) {
     m.def("bank_spec", &bank_spec, py::arg("op"), py::arg("vector"), py::arg("key_fields"),
           py::arg("knowledge_fields"), py::arg("know_max"), py::arg("perf_max"), py::arg("attrs_cache"),
           py::arg("attrs_fn"), py::arg("unparsed"), py::arg("impl_names") = std::vector<std::string>{},
+          py::arg("entry_type") = py::none(), py::arg("source") = py::none(), py::arg("know_proto") = py::none(),
           "What `bank_scan` checks the lines of one operator file against (an opaque capsule).");
     add_function(m, &kScanDef);
     add_function(m, &kCaseDef);

@@ -21,7 +21,6 @@ namespace {
 constexpr int kMaxDepth = 32;          // nesting accepted in extra fields (orjson's own limit is far above)
 constexpr int kMaxIntDigits = 18;      // larger integers: the Python path (orjson turns > 64-bit ones into floats)
 constexpr size_t kMaxFloatChars = 40;  // longer number tokens: the Python path
-constexpr Py_ssize_t kAttrsCacheMax = 65536;  // attrs texts cached (then the cache starts again)
 
 bool is_digit(char c) { return static_cast<unsigned char>(c - '0') < 10; }
 
@@ -241,6 +240,26 @@ bool read_int_list(Cur& c, Packed& out) {
     return true;
 }
 
+// The end of the object at `s` (past its closing brace) as brackets and plain strings delimit it, or
+// nullptr (a backslash, or no end): where a cached attrs text would end, found without reading it.
+const char* object_end(const char* s, const char* end) {
+    int depth = 0;
+    for (const char* p = s; p < end; ++p) {
+        const char ch = *p;
+        if (ch == '"') {
+            while (++p < end && *p != '"') {
+                if (*p == '\\') return nullptr;
+            }
+            if (p == end) return nullptr;
+        } else if (ch == '{' || ch == '[') {
+            ++depth;
+        } else if (ch == '}' || ch == ']') {
+            if (--depth == 0) return p + 1;
+        }
+    }
+    return nullptr;
+}
+
 // The packed canonical attrs (u32 length + canonical JSON) of the attrs object at `c`: looked up
 // by its text in the cache, else computed by the Python packer from the object read here.
 bool read_attrs(const Spec& sp, Cur& c, Packed& out) {
@@ -250,6 +269,19 @@ bool read_attrs(const Spec& sp, Cur& c, Packed& out) {
         return true;
     }
     const char* s = c.p;
+    if (const char* e = object_end(s, c.end)) {
+        // a text in the cache was read whole as an attrs object when it was put there, so the same
+        // bytes here are that object and end where it ended: no need to read them again
+        PyObject* text = PyBytes_FromStringAndSize(s, e - s);
+        PyObject* hit = text != nullptr ? PyDict_GetItemWithError(sp.attrs_cache, text) : nullptr;  // borrowed
+        Py_XDECREF(text);
+        if (hit != nullptr && PyBytes_CheckExact(hit)) {
+            out.put(PyBytes_AS_STRING(hit), size_t(PyBytes_GET_SIZE(hit)));
+            c.p = e;
+            return true;
+        }
+        PyErr_Clear();
+    }
     PyObject* obj = read_object(c, 1);
     if (obj == nullptr) return false;
     PyObject* text = PyBytes_FromStringAndSize(s, c.p - s);
@@ -380,6 +412,57 @@ PyObject* read_knowledge_any(const Spec& sp, Cur& c) {
     return nullptr;
 }
 
+}  // namespace
+
+// The value slots of a fresh copy of the spec's knowledge prototype, when the copy is a split dict
+// whose slot i holds field i (checked once by `check_split_values`); else nullptr. Then the native
+// pass puts each value in its slot instead of a PyDict_SetItem per field (a hash-table probe each:
+// a fifth of a MatMul line's pass). Nothing has seen the fresh copy, so no dict version or watcher
+// is concerned; its values are ints, so its GC tracking (none, as the prototype's) stays right.
+PyObject** split_values(const Spec& sp, PyObject* d) {
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000  // (3.11, 3.12: PyDictValues = the slots)
+    if (!sp.know_split) return nullptr;
+    return reinterpret_cast<PyObject**>(reinterpret_cast<PyDictObject*>(d)->ma_values);
+#else
+    (void)sp;
+    (void)d;
+    return nullptr;
+#endif
+}
+
+// Whether `split_values` may be used for this spec: a copy of the prototype is split, and storing
+// field i through PyDict_SetItem lands in its slot i, for every field.
+bool check_split_values(const Spec& sp) {
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000
+    PyObject* d = PyDict_Copy(sp.know_proto);
+    if (d == nullptr) {
+        PyErr_Clear();
+        return false;
+    }
+    auto* slots = reinterpret_cast<PyObject**>(reinterpret_cast<PyDictObject*>(d)->ma_values);
+    bool ok = slots != nullptr && PyDict_GET_SIZE(d) == Py_ssize_t(sp.know_keys.size());
+    for (size_t i = 0; ok && i < sp.know_keys.size(); ++i) {
+        PyObject* v = PyLong_FromSize_t(1000003 + i);
+        ok = v != nullptr && PyDict_SetItem(d, sp.know_keys[i], v) == 0 && slots[i] == v;
+        Py_XDECREF(v);
+    }
+    Py_ssize_t pos = 0, j = 0;
+    PyObject *k, *v;
+    while (ok && PyDict_Next(d, &pos, &k, &v)) {  // and iteration still in the fields' order
+        ok = k == sp.know_keys[size_t(j)] && v == slots[j];
+        ++j;
+    }
+    Py_DECREF(d);
+    PyErr_Clear();
+    return ok && j == Py_ssize_t(sp.know_keys.size());
+#else
+    (void)sp;
+    return false;
+#endif
+}
+
+namespace {
+
 // The knowledge object (see read_knowledge_any). The usual line holds exactly the schema fields in the
 // registry order: its dict is a copy of the spec's prototype (one copy of a ready table) with the
 // values replaced, not built slot by slot; any other line is read again by the general reader.
@@ -389,6 +472,7 @@ PyObject* read_knowledge(const Spec& sp, Cur& c) {
     if (nf > 0 && sp.know_proto != nullptr && c.ch('{')) {
         PyObject* d = PyDict_Copy(sp.know_proto);
         if (d == nullptr) return nullptr;
+        PyObject** slots = split_values(sp, d);
         size_t i = 0;
         for (; i < nf; ++i) {
             uint64_t x;
@@ -396,6 +480,12 @@ PyObject* read_knowledge(const Spec& sp, Cur& c) {
                 x > uint64_t(sp.know_max))
                 break;
             PyObject* v = PyLong_FromUnsignedLongLong(x);
+            if (v != nullptr && slots != nullptr) {  // (the copy's own value slot of field i: see split_values)
+                PyObject* old = slots[i];
+                slots[i] = v;
+                Py_XDECREF(old);
+                continue;
+            }
             if (v == nullptr || PyDict_SetItem(d, sp.know_keys[i], v) != 0) {
                 Py_XDECREF(v);
                 break;

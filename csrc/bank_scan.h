@@ -13,6 +13,8 @@
 
 namespace aoebank {
 
+constexpr Py_ssize_t kAttrsCacheMax = 65536;  // packed attrs cached (then the cache starts again)
+
 // What the bank checks a line of one operator file against (built once per file by `bank_spec`).
 struct Spec {
     std::string op_lit;                    // `,"op":"<op type>"` (the "op" member must name the file's op)
@@ -23,6 +25,7 @@ struct Spec {
     std::vector<PyObject*> know_keys;      // ... the names as interned str (the cached dict's keys)
     PyObject* know_proto = nullptr;        // dict: every knowledge field (registry order) -> None, copied
                                            // for a line holding exactly those in that order
+    bool know_split = false;               // its copies' value slots are written directly (split_values)
     long long know_max = 0;                // largest knowledge value allowed
     std::vector<std::string> impl_names;   // the values an extra `"impl"` member may hold (any other extra
                                            // member: the line takes the Python path, which decides it)
@@ -32,6 +35,10 @@ struct Spec {
     PyObject* attrs_cache = nullptr;       // dict: attrs JSON text -> its packed canonical bytes
     PyObject* attrs_fn = nullptr;          // attrs dict -> packed canonical bytes (the Python packer)
     PyObject* unparsed = nullptr;          // a filed line's record before it is parsed (jsonl.UNPARSED)
+    PyObject* entry_type = nullptr;        // opfile.Entry (nullptr: a lookup answers with the case tuple)
+    PyObject* entry_op = nullptr;          // ... and what an Entry of this file holds in its slots `op`
+    PyObject* entry_source = nullptr;      // and `source`, at these offsets (its member descriptors')
+    Py_ssize_t op_off = 0, source_off = 0, case_off = 0;
 
     ~Spec() {
         for (PyObject* k : know_keys) Py_XDECREF(k);
@@ -42,6 +49,9 @@ struct Spec {
         Py_XDECREF(attrs_cache);
         Py_XDECREF(attrs_fn);
         Py_XDECREF(unparsed);
+        Py_XDECREF(entry_type);
+        Py_XDECREF(entry_op);
+        Py_XDECREF(entry_source);
     }
 };
 
@@ -90,6 +100,9 @@ private:
 // version, knowledge, aoe fields, line), untracked by the cyclic GC; nullptr (an error may be set)
 // when the line is not the usual case. want_id / want_packed: the query's, shared when equal.
 PyObject* scan(const Spec& sp, PyObject* line, PyObject* want_id = nullptr, PyObject* want_packed = nullptr);
+
+// Whether a copy of sp.know_proto may be filled through its value slots (see bank_scan.cpp).
+bool check_split_values(const Spec& sp);
 
 // The cached-case tuple of these six (references stolen), untracked by the cyclic GC.
 PyObject* make_case(PyObject* pk, PyObject* pid, PyObject* pv, PyObject* know, PyObject* aoe, PyObject* line);

@@ -212,14 +212,34 @@ _scan, _case = _sim.bank_scan, _sim.bank_case
 SLOW: Any = object()  # `resolve_fast`: not the usual case, nothing done
 
 
-def native_checker(op_type: str, schema: OpSchema) -> Any:
+def native_checker(op_type: str, schema: OpSchema, source: str | None = None) -> Any:
     """The native one-pass check of `op_type`'s lines (`_sim.bank_scan(spec, line)`): the case of a line
     in aoe's exact layout that passes every rule of `record_checker`, else None (the line then takes
-    the Python path, which decides it). Vector attrs are packed by `schema._attrs_bytes`, once per text."""
+    the Python path, which decides it). Vector attrs are packed by `schema._attrs_bytes`, once per text.
+    With `source`, a lookup's native call (`_sim.bank_probe`) answers a hit with the `Entry` itself."""
     return _sim.bank_spec(op_type, schema.family == "vector", list(schema.key_fields),
                           list(schema.knowledge_fields), KNOWLEDGE_MAX, MAX_PERF_US, _ATTRS_PACKED,
                           lambda attrs: _attrs_bytes(op_type, attrs), _UNPARSED,
-                          sorted(IMPL_NAMES) if schema.family != "vector" else [])
+                          sorted(IMPL_NAMES) if schema.family != "vector" else [],
+                          Entry if source is not None else None, source, _knowledge_proto(schema.knowledge_fields))
+
+
+_PROTOS: dict[tuple[str, ...], dict[str, None]] = {}
+
+
+def _knowledge_proto(fields: Any) -> dict[str, None]:
+    """The dict the native pass copies for a line's knowledge: each field -> None, in order, made as an
+    object's `__dict__` so that it shares its keys table (CPython's split dict, up to 30 keys) with
+    every copy: a cached MatMul case then holds its 23 values (about 0.3 KB), not a table of its own
+    (0.8 KB), which a growing cache of cases had to fault in page by page. A plain dict all the same."""
+    key = tuple(fields)
+    d = _PROTOS.get(key)
+    if d is None:
+        holder = type("_Knowledge", (), {})()
+        for f in key:
+            setattr(holder, f, None)
+        d = _PROTOS.setdefault(key, holder.__dict__)
+    return d
 
 
 class OpFile:
@@ -239,8 +259,12 @@ class OpFile:
         self.lines, self.op_type, self.schema, self.hash_fn, self.source = (
             lines, op_type, schema, hash_fn, source)
         self.check = record_checker(op_type, schema, hash_fn)
-        self.spec = native_checker(op_type, schema)
-        self.index: dict[Key, int] = {}  # case -> line of its winning (last) record
+        self.spec = native_checker(op_type, schema, source)
+        self._index: dict[Key, int] = {}  # case -> line of its winning (last) record (read: `index`)
+        # lines of the new cases a first lookup cached (`resolve_fast`), not in `_index` yet: `index`
+        # adds them when it is next read (a lookup never reads it; hashing each packed key into a
+        # dict of every case was a third of a first lookup's native call)
+        self.quick: list[int] = []
         # case -> its first line, for the cases with several lines (of the others it is `index`'s line)
         self.first: dict[Key, int] = {}
         self.multi: set[Key] = set()  # cases with more than one line
@@ -261,12 +285,30 @@ class OpFile:
         if index_now:
             self.extend(0)
 
+    @property
+    def index(self) -> dict[Key, int]:
+        """Case -> line of its winning (last) record: every case resolved so far (the bank's lock held)."""
+        q = self.quick
+        if q:
+            # each line in `quick` is the one line of a case new to the index (`resolve_fast`'s
+            # conditions), so these are the stores it would have made, in the same order
+            recs, index = self.lines.recs, self._index
+            for i in q:
+                index[recs[i]] = i
+            q.clear()
+        return self._index
+
+    @index.setter
+    def index(self, value: dict[Key, int]) -> None:
+        self.quick.clear()
+        self._index = value
+
     def renew_fast(self) -> None:
-        """(pending, index, recs, the lines read in one go): the containers a lookup's native call
+        """(pending, quick, recs, the lines read in one go): the containers a lookup's native call
         (`_sim.bank_probe`) resolves a first question in, as `resolve_fast` does; renewed whenever one
         is replaced (a line beyond them is left to `resolve_fast`)."""
         raw = self.lines.raw
-        self.fast = (self.pending, self.index, self.lines.recs, raw.bulk if type(raw) is jsonl.BulkLines else ())
+        self.fast = (self.pending, self.quick, self.lines.recs, raw.bulk if type(raw) is jsonl.BulkLines else ())
 
     # ---- filing and resolving --------------------------------------------------------------------
 
@@ -344,7 +386,7 @@ class OpFile:
         """`resolve(h)` then `get(h, packed)` for the usual first question about an id — one line filed
         under `h`, in aoe's layout, passing every rule: checked and cached in one native pass
         (`bank_scan`), indexed with the stores `_index_line` makes for the first line of a new case
-        (its cached case marks the id resolved). SLOW (nothing done) for any other; the caller holds
+        (its cached case marks the id resolved; the index store waits in `quick`, see `index`). SLOW (nothing done) for any other; the caller holds
         the bank's lock. `OpBank.lookup`'s native call does the same itself (csrc/bank_lookup.cpp,
         `resolve_first`); this serves the lookups it leaves: a key the native packer does not take,
         a line appended since the load, a file that changed."""
@@ -357,9 +399,8 @@ class OpFile:
             c = _scan(self.spec, raw.bulk[i] if type(raw) is jsonl.BulkLines and i < len(raw.bulk) else raw[i],
                       h, packed)
             if c is not None and c[1] == h and lines.recs[i] is _UNPARSED and h not in self.hits:
-                k = (h, c[0])
-                lines.recs[i] = k
-                self.index[k] = i
+                lines.recs[i] = (h, c[0])
+                self.quick.append(i)
                 self.hits[h] = c  # (before the pending entry goes: a reader that sees neither misses)
                 del self.pending[h]
                 return entry_of(self.op_type, self.source, c) if c[0] == packed else None
@@ -474,7 +515,7 @@ class OpFile:
 
     def cases(self) -> int:
         """Cases in the file, counting each unresolved id once."""
-        return len(self.index) + len(self.pending)
+        return len(self._index) + len(self.quick) + len(self.pending)
 
     def winners(self) -> list[Entry]:
         """Every usable entry (of a case's lines only the last), in order of the cases' first lines."""

@@ -225,8 +225,8 @@ class OpBank:
             f = hit[2]
             r = _probe(f.spec, hit[3] if self.revalidate else -1, hit[1], key, self.hash_fn, f.hits, f.fast,
                        self._mutex)
-            if r is not None and len(r) == 6:
-                return entry_of(op_type, f.source, r)
+            if type(r) is Entry:  # (made natively, as `entry_of` makes it)
+                return r
         if r is not None:
             h, packed = r[0], r[1]  # no cached case of this key under its id; r[2]: its line tried
         else:
