@@ -233,21 +233,40 @@ def beam(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget | Non
         by_time = by_time[:width]
     if lb is not None and space.expand_untiled is not None and space.tilings is not None \
             and space.row_bound is not None:
-        order = np.lexsort((times_outer, lb))
+        if width is None:
+            by_time = by_time[lb[by_time] < tr.best]   # (the queue skips the others)
+        order = _bound_queue(times_outer, lb, tr.best if width is None else None)
         order = order[:width] if width is not None else order
         _expand_in_turns(tr, space, _Tightened(space, by_time, order, lb), [0, 1],
                          speculate=isinstance(measure, SimulatorMeasure), row_bound=space.row_bound)
         return tr.result("beam")
     by_bound = None
+    if lb is not None and width is None:
+        by_time = by_time[~(lb[by_time] >= tr.best)]   # (the queue skips the others)
     if space.lower_bound is not None:
         # by bound, ties broken by the priced staging (an unpriced or invalid one last)
-        by_bound = np.lexsort((times_outer, space.lower_bound))
+        by_bound = _bound_queue(times_outer, space.lower_bound, tr.best if lb is not None and width is None else None)
         by_bound = by_bound[:width] if width is not None else by_bound
     queues = [by_time] + ([by_bound] if by_bound is not None else [])
     turns = [0, 1][: len(queues)]  # a group by priced time, then one by bound
     _expand_in_turns(tr, space, _Queues(queues, lb, len(outer)), turns,
                      speculate=isinstance(measure, SimulatorMeasure))
     return tr.result("beam")
+
+
+def _bound_queue(times_outer: np.ndarray, lb: np.ndarray, best: float | None) -> np.ndarray:
+    """Outer choices by bound, ties by priced time: `np.lexsort((times_outer, lb))`, or with `best` only
+    its head below `best`.
+
+    The bound queue stops at its first outer choice whose bound reaches the best time, which only
+    falls: with the best time phase 2 starts from, what comes after that choice is never read.
+    """
+    if best is not None:
+        over = lb >= best
+        if over.any():       # (else the whole order: NaN bounds, sorted last, are read too)
+            head = np.flatnonzero(lb < best)
+            return head[np.lexsort((times_outer[head], lb[head]))]
+    return np.lexsort((times_outer, lb))
 
 
 def _untiled_bounds(space: FactoredSpace, idx: np.ndarray) -> np.ndarray:
@@ -280,7 +299,8 @@ class _Queues:
     def __init__(self, queues: list[np.ndarray], bound: np.ndarray | None, n_outer: int) -> None:
         # plain lists: groups are formed one outer choice at a time (numpy scalars would cost more)
         self.queues = [q.tolist() for q in queues]
-        self.bound = bound.tolist() if bound is not None else None
+        # each queue's bounds beside it (the queues are short heads of the outer choices)
+        self.bounds = [bound[q].tolist() for q in queues] if bound is not None else None
         self.pos = [0] * len(queues)
         self.expanded = bytearray(n_outer)
 
@@ -296,11 +316,12 @@ class _Queues:
     def take(self, qi: int, best: float) -> list[int]:
         """The next group of queue `qi`: up to STEP outer choices not expanded yet whose bound beats `best`."""
         q, pos = self.queues[qi], self.pos
+        qb = self.bounds[qi] if self.bounds is not None else None
         group: list[int] = []
         while pos[qi] < len(q) and len(group) < self.STEP:
             o = q[pos[qi]]
             pos[qi] += 1
-            if self.bound is not None and self.bound[o] >= best:
+            if qb is not None and qb[pos[qi] - 1] >= best:
                 if qi == 1:
                     pos[qi] = len(q)  # the bound queue is sorted: nothing after it can win
                     break
@@ -360,13 +381,14 @@ class _Tightened(_Queues):
 
         Candidates are tightened a few dozen at a time; whether one is skipped depends only on its
         own bound and `best` (never on what was tightened before: pricing ahead changes nothing)."""
-        q, pos, bound = self.queues[0], self.pos, self.bound
-        assert bound is not None
+        q, pos, bounds = self.queues[0], self.pos, self.bounds
+        assert bounds is not None
+        bound = bounds[0]
         group: list[int] = []
         while len(group) < self.STEP and pos[0] < len(q):
             at, i = [], pos[0]        # positions in the queue of the next candidates
             while i < len(q) and len(at) < 4 * self.STEP:
-                if bound[q[i]] < best and not self.expanded[q[i]]:
+                if bound[i] < best and not self.expanded[q[i]]:
                     at.append(i)
                 i += 1
             pos[0] = i
@@ -386,10 +408,11 @@ class _Tightened(_Queues):
         return group
 
     def _tighten(self, best: float) -> None:
-        order, bound, pos = self.order, self.bound, self.pos
-        assert bound is not None
-        while pos[1] < len(order) and (not self.heap or bound[order[pos[1]]] < self.heap[0][0]):
-            if bound[order[pos[1]]] >= best:
+        order, bounds, pos = self.order, self.bounds, self.pos
+        assert bounds is not None
+        bound = bounds[1]
+        while pos[1] < len(order) and (not self.heap or bound[pos[1]] < self.heap[0][0]):
+            if bound[pos[1]] >= best:
                 pos[1] = len(order)  # sorted by their own bound: none after it can win
                 return
             end = min(len(order), pos[1] + self.chunk)
@@ -489,17 +512,50 @@ def _expand_under(space: FactoredSpace, groups: list[np.ndarray], row_bound: Cal
     return rows[keep], np.searchsorted(gid[keep], np.arange(len(groups) + 1))
 
 
-def _by_bound(lb: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Indices in order of their bound, ties in a seeded random order.
+def _by_bound(lb: np.ndarray, rng: np.random.Generator) -> _BoundOrder:
+    """Indices in order of their bound, ties in a seeded random order (`_BoundOrder`: sorted as read)."""
+    return _BoundOrder(lb, rng.permutation(len(lb)))
 
-    The order of `np.lexsort((rng.permutation(n), lb))`, with one stable sort instead of two: the
-    permutation's inverse lists the indices in the order of their random keys, so a stable sort of
-    their bounds keeps tied ones in that order.
+
+class _BoundOrder:
+    """The order of `np.lexsort((key, lb))` (`key`: a permutation), sorted only as far as it is read.
+
+    The drivers read a short head of it (pruning stops them where the bounds reach the best time, a
+    few thousand of tens of thousands of outer choices): the head of k is the sort of the indices
+    whose bound is at most the k-th least, which all come before any other. Index or slice it like
+    the array.
     """
-    n = len(lb)
-    inv = np.empty(n, np.int64)
-    inv[rng.permutation(n)] = np.arange(n)
-    return inv[np.argsort(lb[inv], kind="stable")]
+
+    def __init__(self, lb: np.ndarray, key: np.ndarray) -> None:
+        self.lb, self.key = lb, key
+        self.head = np.zeros(0, np.int64)   # the order's first len(head) indices
+        self.whole = not len(lb)
+
+    def __len__(self) -> int:
+        return len(self.lb)
+
+    def __getitem__(self, at: int | slice) -> Any:
+        end = (at.stop if at.stop is not None else len(self.lb)) if isinstance(at, slice) else at + 1
+        if end <= 0 or (isinstance(at, slice) and (at.start or 0) < 0):
+            end = len(self.lb)                # counted from the end: the whole order
+        if end > len(self.head) and not self.whole:
+            self._grow(end)
+        return self.head[at]
+
+    def _grow(self, k: int) -> None:
+        n, lb = len(self.lb), self.lb
+        k = max(k, 2 * len(self.head), 1024)  # doubling: a few partitions per search at most
+        if 4 * k < n:
+            v = np.partition(lb, k - 1)[k - 1]
+            sel = np.flatnonzero(lb <= v)
+            if len(sel) >= k:                 # (fewer: NaN bounds, which sort last)
+                self.head = sel[np.lexsort((self.key[sel], lb[sel]))]
+                return
+        # most of it: one stable sort, the permutation's inverse listing the indices in the order of
+        # their keys so that tied bounds keep that order
+        inv = np.empty(n, np.int64)
+        inv[self.key] = np.arange(n)
+        self.head, self.whole = inv[np.argsort(lb[inv], kind="stable")], True
 
 
 def _seed(tr: _Tracker, space: FactoredSpace) -> None:
