@@ -228,7 +228,7 @@ def beam(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget | Non
     # each expanded group only the strategies whose own bound beats the best time are priced, lowest
     # bound first (`_expand_under`).
     finite = np.flatnonzero(np.isfinite(times_outer))
-    by_time = finite[np.argsort(times_outer[finite], kind="stable")]
+    by_time = finite[_lexsort((times_outer[finite],))]     # (a stable sort)
     if width is not None:
         by_time = by_time[:width]
     if lb is not None and space.expand_untiled is not None and space.tilings is not None \
@@ -265,8 +265,8 @@ def _bound_queue(times_outer: np.ndarray, lb: np.ndarray, best: float | None) ->
         over = lb >= best
         if over.any():       # (else the whole order: NaN bounds, sorted last, are read too)
             head = np.flatnonzero(lb < best)
-            return head[np.lexsort((times_outer[head], lb[head]))]
-    return np.lexsort((times_outer, lb))
+            return head[_lexsort((times_outer[head], lb[head]))]
+    return _lexsort((times_outer, lb))
 
 
 def _untiled_bounds(space: FactoredSpace, idx: np.ndarray) -> np.ndarray:
@@ -549,13 +549,43 @@ class _BoundOrder:
             v = np.partition(lb, k - 1)[k - 1]
             sel = np.flatnonzero(lb <= v)
             if len(sel) >= k:                 # (fewer: NaN bounds, which sort last)
-                self.head = sel[np.lexsort((self.key[sel], lb[sel]))]
+                self.head = sel[np.argsort(_ranks(lb[sel])[0] * n + self.key[sel])]
                 return
-        # most of it: one stable sort, the permutation's inverse listing the indices in the order of
-        # their keys so that tied bounds keep that order
-        inv = np.empty(n, np.int64)
-        inv[self.key] = np.arange(n)
-        self.head, self.whole = inv[np.argsort(lb[inv], kind="stable")], True
+        # most of it: the whole order (the keys are distinct: one key per index, below n)
+        self.head, self.whole = np.argsort(_ranks(lb)[0] * n + self.key), True
+
+
+def _ranks(x: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each value's rank among the distinct values of `x` (NaN last, all NaN equal, as numpy sorts
+    them), and how many there are.
+
+    Sorting by ranks combined into one distinct integer per index (`_lexsort`) gives a stable sort's
+    order with numpy's unstable (vectorised) sort, several times faster than its stable ones.
+    """
+    o = np.argsort(x)
+    s = x[o]
+    new = np.empty(len(x), bool)
+    new[:1] = True
+    np.not_equal(s[1:], s[:-1], out=new[1:])
+    if len(s) and s[-1] != s[-1]:      # NaN (sorted last): one rank for them all
+        new[1:] &= ~(np.isnan(s[1:]) & np.isnan(s[:-1]))
+    c = np.cumsum(new)
+    r = np.empty(len(x), np.int64)
+    r[o] = c - 1
+    return r, int(c[-1]) if len(c) else 0
+
+
+def _lexsort(keys: tuple[np.ndarray, ...]) -> np.ndarray:
+    """`np.lexsort(keys)` (the last key first, ties in index order), sorting one distinct integer per index."""
+    m = len(keys[0])
+    code, span = np.zeros(m, np.int64), 1
+    for k in reversed(keys):
+        r, n_r = _ranks(k)
+        span *= max(1, n_r)
+        if span * max(1, m) >= 1 << 62:
+            return np.lexsort(keys)          # (would overflow: tens of millions of rows)
+        code = code * max(1, n_r) + r
+    return np.argsort(code * m + np.arange(m))
 
 
 def _seed(tr: _Tracker, space: FactoredSpace) -> None:
