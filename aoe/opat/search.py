@@ -148,12 +148,15 @@ class _Tracker:
             return np.zeros(0)
         return self._count(rows, times[: len(rows)])
 
-    def _count(self, rows: np.ndarray, times: np.ndarray) -> np.ndarray:
-        times = np.where(np.isnan(times), np.inf, times)
+    def _count(self, rows: np.ndarray, times: np.ndarray, least: float | None = None) -> np.ndarray:
+        """Count priced rows, keep the best; `least`: the least of `times`, already without NaN."""
+        if least is None:
+            times = np.where(np.isnan(times), np.inf, times)
         self.evals += len(rows)
-        i = int(np.argmin(times))
-        if times[i] < self.best:
-            self.best, self.best_row = float(times[i]), rows[i].copy()
+        if least is None or least < self.best:
+            i = int(np.argmin(times))
+            if times[i] < self.best:
+                self.best, self.best_row = float(times[i]), rows[i].copy()
         return times
 
     def result(self, driver: str) -> SearchResult:
@@ -199,14 +202,24 @@ def beam(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget | Non
     times_outer = np.full(len(outer), np.inf)
     done = 0
     batch = 4096
+    n_nan = -1
     while done < len(order) and tr.evals < max(phase1_cap, 1) and tr.left():
-        idx = order[done:done + batch]
-        if lb is not None and np.isfinite(tr.best):
-            idx = idx[lb[idx] < tr.best]  # cannot beat the best: skip without measuring
-            if not len(idx) and lb[order[min(done + batch, len(order)) - 1]] >= tr.best:
-                break  # bounds are sorted: everything after is pruned too
         cap = max(0, max(phase1_cap, 1) - tr.evals)
-        idx = idx[:cap]
+        if lb is not None and np.isfinite(tr.best):
+            # cannot beat the best: skip without measuring. The bounds are sorted (NaN last), so the
+            # outer choices below the best time are the first `below` of the order: the order is
+            # read (and sorted) no further
+            below = int(np.count_nonzero(lb < tr.best))
+            if done >= below:
+                if n_nan < 0:
+                    n_nan = int(np.count_nonzero(np.isnan(lb)))
+                if min(done + batch, len(order)) - 1 < len(order) - n_nan:
+                    break  # the batch ends on a bound at or above the best: everything after is pruned too
+                idx = np.zeros(0, np.int64)
+            else:
+                idx = order[done:min(done + batch, below, done + cap)]
+        else:
+            idx = order[done:done + batch][:cap]
         if len(idx):
             t = tr.run(outer[idx])
             times_outer[idx[:len(t)]] = t
@@ -472,11 +485,24 @@ def _expand_in_turns(tr: _Tracker, space: FactoredSpace, queues: _Queues | _Tigh
             _expand_under(space, groups, row_bound, best)
         rows_seen, groups_seen = rows_seen + len(rows), groups_seen + len(plan)
         times = tr.price(rows)
+        # each group's least time, for all groups at once: a group is counted as `take` would count it
+        # (its rows, and its best row if it beats the best time) without a numpy call per group
+        clean = np.where(np.isnan(times), np.inf, times)
+        at = bounds.tolist()
+        some = np.flatnonzero(np.diff(bounds))
+        least = np.full(len(plan), np.inf)
+        if len(some):
+            least[some] = np.minimum.reduceat(clean, bounds[some])
+        least_l = least.tolist()
         for i, (_, pos, turn) in enumerate(plan):
-            if not tr.left():
+            left = tr.left()
+            if not left:
                 return
-            if bounds[i] < bounds[i + 1]:     # (a group may hold nothing of the space: skip the bookkeeping)
-                tr.take(rows[bounds[i]:bounds[i + 1]], times[bounds[i]:bounds[i + 1]])
+            lo, hi = at[i], at[i + 1]
+            if hi - lo > left:                # the budget ends inside this group: count its head only
+                tr.take(rows[lo:hi], times[lo:hi])
+            elif lo < hi:                     # (a group may hold nothing of the space: skip the bookkeeping)
+                tr._count(rows[lo:hi], clean[lo:hi], least_l[i])
             if tr.best != best and i + 1 < len(plan):
                 # the groups after this one were formed with a best time that no longer holds
                 queues.rewind(pos)
