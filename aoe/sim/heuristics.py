@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import numpy as np
 
@@ -231,15 +232,93 @@ def default_vector(soc: Soc, op: VectorOp, allowed_impls: set[int] | None = None
     op_select_implmode=high_precision). The fastest of rules V1-V3 over core budgets (rule V4).
     """
     shape = _vector_rows(op)
-    done: set[tuple[int, int]] = set()
-    budgets: list[list[list[int]]] = []
+    splits: list[tuple[int, int]] = []
     for k in range(soc.vector_cores, 0, -1):
-        impl, block = _vector_split(op, shape, k, allowed_impls)
-        if (impl, block) not in done:  # the tiles depend on the core budget only through these
-            done.add((impl, block))
-            budgets.append(_vector_cands(soc, op, shape, impl, block, allowed_impls))
+        split = _vector_split(op, shape, k, allowed_impls)
+        if split not in splits:  # the tiles depend on the core budget only through these
+            splits.append(split)
+    if allowed_impls is None:
+        rows, counts = _vector_split_rows(soc, op, shape, splits)
+        return dict(zip(VEC_FIELDS, (int(v) for v in rows[_fastest_row(soc, op, rows, counts)])))
+    budgets = [_vector_cands(soc, op, shape, impl, block, allowed_impls) for impl, block in splits]
     b, i = _fastest_budget(soc, op, budgets)
     return dict(zip(VEC_FIELDS, (int(v) for v in budgets[b][i])))
+
+
+def _fastest_row(soc: Soc, op: SimOp, rows: np.ndarray, counts: np.ndarray) -> int:
+    """`_fastest_budget` over budgets given as one array of rows and each budget's row count: the index
+    of the winning row (the first valid candidate of the fastest budget, the earlier among equals)."""
+    if not len(counts) or not counts[0]:
+        raise AssertionError(f"no default tiling for {op} with all the cores")
+    times, reasons = _sim.simulate_times(soc.native, op.kind, op.params(), rows, 1)
+    starts = np.zeros(len(counts), np.int64)
+    np.cumsum(counts[:-1], out=starts[1:])
+    ok = np.flatnonzero(reasons == 0)
+    at = np.searchsorted(ok, starts)                      # each budget's first valid row, if it has one
+    first = ok[np.minimum(at, len(ok) - 1)] if len(ok) else starts
+    has = (at < len(ok)) & (first < starts + counts)
+    if not has[0]:
+        raise AssertionError(f"no valid default tiling for {op} with all the cores")
+    t = np.where(has, times[first], np.inf)
+    t[1:][np.isnan(t[1:])] = np.inf                       # (a later budget wins only by a smaller time)
+    return int(first[int(np.argmin(t))])
+
+
+def _vector_split_rows(soc: Soc, op: VectorOp, shape: tuple[int, int, int],
+                       splits: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """`_vector_cands` of every split (impl, blockDim) at once, without `allowed_impls`: the candidate
+    rows split after split, in the order it lists them, and how many each split has.
+
+    The same rules V2-V3 on a (split x tile) grid: each split's 17 tiles (its whole share and the UB
+    tiles halving down), evened out, de-duplicated and sorted per split, then the double-buffered
+    candidates (of the tiles that leave two loops, else all) and the single-buffered ones.
+    """
+    ea = DTYPE_BYTES[op.dtype]
+    align = 32 // ea
+    elems, rows, row_len = shape
+    impl = np.array([s[0] for s in splits], np.int64)[:, None]
+    block = np.array([s[1] for s in splits], np.int64)[:, None]
+    per_core = -(-(-(-elems // block)) // align) * align
+    cap = (soc.ub - soc.ub_reserved) // ea
+    ub_tiles = np.array([(cap >> s) // align * align for s in range(16)], np.int64)[None, :]
+    tiles = np.concatenate([per_core, np.minimum(per_core, ub_tiles)], axis=1)
+    keep = tiles >= align
+    t = np.where(keep, tiles, align)                      # (dropped tiles: any value that divides safely)
+
+    def even(length: Any) -> np.ndarray:                  # `_even` of every tile
+        return np.minimum(t, -(-(-(-length // -(-length // t))) // align) * align)
+
+    share_rows = -(-rows // block)
+    if op.axes and op.op_type not in ("Transpose", "TransData"):
+        per_row = np.maximum(1, t // row_len)
+        whole = -(-(-(-share_rows // -(-share_rows // per_row)) * row_len) // align) * align
+        other, other_share = np.where(t >= row_len, whole, even(row_len)), share_rows * row_len
+        other_one = share_rows >= 2
+    else:
+        other, other_share, other_one = even(per_core), per_core, per_core >= 2 * align
+    split_share = -(-row_len // block)                   # impl 1: the row is split over the cores
+    one = impl == 1
+    tiles = np.where(one, even(split_share), other)
+    share = np.where(one, split_share, other_share)
+    one_loop = np.where(one, split_share >= 2 * align, other_one)
+    # de-duplicated, largest first (dropped tiles as -1, sorted last)
+    tiles = -np.sort(-np.where(keep, tiles, -1), axis=1)
+    kept = tiles > 0
+    kept[:, 1:] &= tiles[:, 1:] != tiles[:, :-1]
+    two = kept & ~(one_loop & (tiles >= share))
+    db1 = np.where(two.any(axis=1, keepdims=True), two, kept)
+    softmax_fit = op.op_type == "SoftmaxV2"
+    n, m = tiles.shape
+    pairs = 2 if softmax_fit else 1
+    out = np.empty((n, 2, m, pairs, 4), np.int64)         # split, db (1 then 0), tile, [softmax pair], field
+    out[..., 0] = block[:, :, None, None]
+    out[..., 1] = tiles[:, None, :, None]
+    out[:, 0, ..., 2], out[:, 1, ..., 2] = 1, 0
+    out[..., 3] = impl[:, :, None, None]
+    if softmax_fit:
+        out[..., 0, 3] = np.where(tiles >= row_len, 2, impl)[:, None, :]
+    mask = np.broadcast_to(np.stack([db1, kept], axis=1)[..., None], (n, 2, m, pairs))
+    return out[mask], mask.reshape(n, -1).sum(axis=1)
 
 
 def _vector_rows(op: VectorOp) -> tuple[int, int, int]:
