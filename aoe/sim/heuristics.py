@@ -435,15 +435,23 @@ def _conv_split(soc: Soc, op: Conv2D, out_h: int, out_w: int, n_units: int,
     wo_l0 = _divisor_at_most(out_w, 128)
     seen: set[tuple[int, ...]] = set()
     scored: list[tuple[float, int, tuple[int, ...]]] = []
+    # (each level's effective parts and per-core share computed in its own loop: the same values)
     for gd in range(1, min(g, cores) + 1):
+        g_d = _cdiv(g, _cdiv(g, gd))
+        g_c = _cdiv(g, g_d)
         for bd in range(1, min(n, cores // gd) + 1):
+            b_d = _cdiv(n, _cdiv(n, bd))
+            n_c = _cdiv(n, b_d)
             for hd in range(1, min(out_h, cores // (gd * bd)) + 1):
+                h_d = _cdiv(out_h, _cdiv(out_h, hd))
+                rows = _cdiv(out_h, h_d)
                 for nd in range(1, min(n_units, cores // (gd * bd * hd)) + 1):
-                    dims = tuple(_cdiv(x, _cdiv(x, d)) for x, d in ((g, gd), (n, bd), (out_h, hd), (n_units, nd)))
+                    n_d = _cdiv(n_units, _cdiv(n_units, nd))
+                    dims = (g_d, b_d, h_d, n_d)
                     if dims in seen:
                         continue
                     seen.add(dims)
-                    g_c, n_c, rows, u_c = (_cdiv(x, d) for x, d in zip((g, n, out_h, n_units), dims))
+                    u_c = _cdiv(n_units, n_d)
                     if dims[2] > 1 and rows * out_w < 16:
                         continue  # a core would get less than one fractal of output pixels
                     if filt and dims[2] > 1 and dims[1] < n:
@@ -471,11 +479,23 @@ def _conv_split(soc: Soc, op: Conv2D, out_h: int, out_w: int, n_units: int,
                     scalar = blocks * soc.scalar_iter_cycles  # issuing ~128-pixel L0 blocks
                     scored.append((g_c * (max(cube, expand, moved / rate, scalar) + fixed), used, dims))
     assert scored, "no core split"
+    # For each budget k: among the splits using at most k cores, the least (cores, estimate, dims) of those
+    # within 2% of their least estimate. With the splits sorted by that key once, a budget's splits are a
+    # head of them, its least estimate the running minimum, and its pick the first of the head within 2%.
+    ranked = sorted((u, e, d) for e, u, d in scored)
+    least_of_head, least = [], math.inf
+    for _, e, _ in ranked:
+        least = min(least, e)
+        least_of_head.append(least)
     picks: list[tuple[int, ...]] = []
+    end = len(ranked)
     for k in range(cores, 0, -1):
-        within = [(e, u, d) for e, u, d in scored if u <= k]
-        least = min(e for e, _, _ in within)
-        pick = min((u, e, d) for e, u, d in within if e <= 1.02 * least)[2]
+        while end and ranked[end - 1][0] > k:
+            end -= 1
+        if not end:
+            raise ValueError("min() arg is an empty sequence")  # (no split within the budget)
+        limit = 1.02 * least_of_head[end - 1]
+        pick = next(d for _, e, d in ranked[:end] if e <= limit)
         if pick not in picks:
             picks.append(pick)
     return picks
@@ -486,7 +506,13 @@ def default_conv(soc: Soc, op: Conv2D) -> dict[str, int]:
     the fastest of those over core budgets (rule C5)."""
     out_h, out_w, _, k_al, n_units = _conv_dims(op)
     splits = _conv_split(soc, op, out_h, out_w, n_units, k_al)
-    tilings = [_conv_tiling(soc, op, split) for split in splits]
+    # every split's rule-C3 candidates checked in one native call
+    cands = [_conv_cands(soc, op, split) for split in splits]
+    reasons = _valid(soc, op, [c for cs, _ in cands for c in cs])
+    tilings, at = [], 0
+    for cs, ho_core in cands:
+        tilings.append(_conv_pick(soc, op, cs, reasons[at:at + len(cs)], ho_core))
+        at += len(cs)
     b, _ = _fastest_budget(soc, op, [[[t[f] for f in CONV_FIELDS]] if t is not None else [] for t in tilings])
     return tilings[b]  # type: ignore[return-value]  # _fastest_budget picks a budget with a tiling
 
@@ -507,6 +533,12 @@ def _conv_dims(op: Conv2D) -> tuple[int, int, int, int, int]:
 
 def _conv_tiling(soc: Soc, op: Conv2D, split: tuple[int, ...]) -> dict[str, int] | None:
     """Rule C3 for the core split (groupDim, batchDim, hoDim, nDim): the first valid tiling, else None."""
+    cands, ho_core = _conv_cands(soc, op, split)
+    return _conv_pick(soc, op, cands, _valid(soc, op, cands), ho_core)
+
+
+def _conv_cands(soc: Soc, op: Conv2D, split: tuple[int, ...]) -> tuple[list[list[int]], int]:
+    """Rule C3's candidate tilings of a core split (36, in rule order), and the output rows per core."""
     c = op.x[1]
     cout, _, kh, kw = op.weight
     ea = DTYPE_BYTES[op.dtype]
@@ -544,7 +576,12 @@ def _conv_tiling(soc: Soc, op: Conv2D, split: tuple[int, ...]) -> dict[str, int]
             for pbuf in (31, 15, 12, 0):
                 cands.append([bd, hd, nd, gd, ho_l1, out_w if not filt else wo, k_a1, k_b1, ho_l0, wo_l0, k_l0_c,
                               n_l0_c, pbuf, 0])
-    reasons = _valid(soc, op, cands) if cands else np.array([_sim.REASONS.index("inconsistent")])
+    return cands, ho_core
+
+
+def _conv_pick(soc: Soc, op: Conv2D, cands: list[list[int]], reasons: np.ndarray, ho_core: int) -> dict[str, int] | None:
+    """The first valid of a split's rule-C3 candidates (`reasons`: theirs), else of the smaller fall-backs."""
+    out_w = _conv_dims(op)[1]
     # ping-pong first: the L1 block shrinks before a buffer loses its second half (rule C3)
     for i in sorted(range(len(cands)), key=lambda i: i % 4):
         if reasons[i] == 0:
