@@ -328,21 +328,25 @@ class _Queues:
 
     def take(self, qi: int, best: float) -> list[int]:
         """The next group of queue `qi`: up to STEP outer choices not expanded yet whose bound beats `best`."""
-        q, pos = self.queues[qi], self.pos
+        q, expanded, step = self.queues[qi], self.expanded, self.STEP
         qb = self.bounds[qi] if self.bounds is not None else None
+        i, end = self.pos[qi], len(q)
         group: list[int] = []
-        while pos[qi] < len(q) and len(group) < self.STEP:
-            o = q[pos[qi]]
-            pos[qi] += 1
-            if qb is not None and qb[pos[qi] - 1] >= best:
+        while i < end:
+            o = q[i]
+            i += 1
+            if qb is not None and qb[i - 1] >= best:
                 if qi == 1:
-                    pos[qi] = len(q)  # the bound queue is sorted: nothing after it can win
+                    i = end  # the bound queue is sorted: nothing after it can win
                     break
                 continue
-            if self.expanded[o]:
+            if expanded[o]:
                 continue
-            self.expanded[o] = 1
+            expanded[o] = 1
             group.append(o)
+            if len(group) == step:
+                break
+        self.pos[qi] = i
         return group
 
 
@@ -480,7 +484,10 @@ def _expand_in_turns(tr: _Tracker, space: FactoredSpace, queues: _Queues | _Tigh
                 break
         if not plan:
             continue
-        groups = [outer[g] for g, _, _ in plan]
+        # every group's outer rows in one gather, then a view of each
+        picked = outer[[o for g, _, _ in plan for o in g]]
+        ends = np.cumsum([len(g) for g, _, _ in plan]).tolist()
+        groups = [picked[a:b] for a, b in zip([0] + ends[:-1], ends)]
         rows, bounds = space.expand_groups(groups) if row_bound is None else \
             _expand_under(space, groups, row_bound, best)
         rows_seen, groups_seen = rows_seen + len(rows), groups_seen + len(plan)
