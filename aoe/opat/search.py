@@ -563,6 +563,7 @@ class _BoundOrder:
         self.lb, self.key = lb, key
         self.head = np.zeros(0, np.int64)   # the order's first len(head) indices
         self.whole = not len(lb)
+        self.by_key: np.ndarray | None = None   # the indices in the order of their keys
 
     def __len__(self) -> int:
         return len(self.lb)
@@ -578,14 +579,19 @@ class _BoundOrder:
     def _grow(self, k: int) -> None:
         n, lb = len(self.lb), self.lb
         k = max(k, 2 * len(self.head), 1024)  # doubling: a few partitions per search at most
+        if self.by_key is None:
+            self.by_key = np.empty(n, np.int64)
+            self.by_key[self.key] = np.arange(n)
+        # listed in the order of their keys, a stable sort by bound keeps tied ones in that order
         if 4 * k < n:
             v = np.partition(lb, k - 1)[k - 1]
-            sel = np.flatnonzero(lb <= v)
-            if len(sel) >= k:                 # (fewer: NaN bounds, which sort last)
-                self.head = sel[np.argsort(_ranks(lb[sel])[0] * n + self.key[sel])]
+            below = lb <= v
+            if np.count_nonzero(below) >= k:  # (fewer: NaN bounds, which sort last)
+                sel = self.by_key[below[self.by_key]]
+                self.head = sel[_lexsort((lb[sel],))]
                 return
-        # most of it: the whole order (the keys are distinct: one key per index, below n)
-        self.head, self.whole = np.argsort(_ranks(lb)[0] * n + self.key), True
+        # most of it: the whole order
+        self.head, self.whole = self.by_key[_lexsort((lb[self.by_key],))], True
 
 
 def _ranks(x: np.ndarray) -> tuple[np.ndarray, int]:
@@ -609,11 +615,15 @@ def _ranks(x: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 def _lexsort(keys: tuple[np.ndarray, ...]) -> np.ndarray:
-    """`np.lexsort(keys)` (the last key first, ties in index order), sorting one distinct integer per index."""
+    """`np.lexsort(keys)` (the last key first, ties in index order), by the keys' dense ranks: as 16-bit
+    integers where they fit (numpy's stable sort of those is a radix sort), else one distinct integer
+    per index sorted by numpy's unstable (vectorised) sort."""
     m = len(keys[0])
+    ranked = [_ranks(k) for k in keys]
+    if all(n_r <= 1 << 16 for _, n_r in ranked):
+        return np.lexsort(tuple(r.astype(np.uint16) for r, _ in ranked))
     code, span = np.zeros(m, np.int64), 1
-    for k in reversed(keys):
-        r, n_r = _ranks(k)
+    for r, n_r in reversed(ranked):
         span *= max(1, n_r)
         if span * max(1, m) >= 1 << 62:
             return np.lexsort(keys)          # (would overflow: tens of millions of rows)
