@@ -241,21 +241,28 @@ def beam(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget | Non
     # each expanded group only the strategies whose own bound beats the best time are priced, lowest
     # bound first (`_expand_under`).
     finite = np.flatnonzero(np.isfinite(times_outer))
-    by_time = finite[_lexsort((times_outer[finite],))]     # (a stable sort)
+    tiled = lb is not None and space.expand_untiled is not None and space.tilings is not None \
+        and space.row_bound is not None
+    if tiled or width is not None:
+        by_time = finite[_lexsort((times_outer[finite],))]     # (a stable sort)
     if width is not None:
         by_time = by_time[:width]
-    if lb is not None and space.expand_untiled is not None and space.tilings is not None \
-            and space.row_bound is not None:
+    if tiled:
         if width is None:
             by_time = by_time[lb[by_time] < tr.best]   # (the queue skips the others)
         order = _bound_queue(times_outer, lb, tr.best if width is None else None)
+        if isinstance(order, _Lazy):
+            order = order.head(len(order))         # (read by chunks of its own: sorted whole)
         order = order[:width] if width is not None else order
         _expand_in_turns(tr, space, _Tightened(space, by_time, order, lb), [0, 1],
                          speculate=isinstance(measure, SimulatorMeasure), row_bound=space.row_bound)
         return tr.result("beam")
-    by_bound = None
-    if lb is not None and width is None:
-        by_time = by_time[~(lb[by_time] >= tr.best)]   # (the queue skips the others)
+    by_bound: np.ndarray | _Lazy | None = None
+    if width is None:
+        # phase 2 reads a few percent of the queues: each is sorted as far as it is read
+        if lb is not None:
+            finite = finite[~(lb[finite] >= tr.best)]   # (the queue skips the others)
+        by_time = _Lazy(finite, (times_outer[finite],))
     if space.lower_bound is not None:
         # by bound, ties broken by the priced staging (an unpriced or invalid one last)
         by_bound = _bound_queue(times_outer, space.lower_bound, tr.best if lb is not None and width is None else None)
@@ -267,7 +274,7 @@ def beam(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget | Non
     return tr.result("beam")
 
 
-def _bound_queue(times_outer: np.ndarray, lb: np.ndarray, best: float | None) -> np.ndarray:
+def _bound_queue(times_outer: np.ndarray, lb: np.ndarray, best: float | None) -> np.ndarray | _Lazy:
     """Outer choices by bound, ties by priced time: `np.lexsort((times_outer, lb))`, or with `best` only
     its head below `best`.
 
@@ -278,8 +285,35 @@ def _bound_queue(times_outer: np.ndarray, lb: np.ndarray, best: float | None) ->
         over = lb >= best
         if over.any():       # (else the whole order: NaN bounds, sorted last, are read too)
             head = np.flatnonzero(lb < best)
-            return head[_lexsort((times_outer[head], lb[head]))]
+            return _Lazy(head, (times_outer[head], lb[head]))
     return _lexsort((times_outer, lb))
+
+
+class _Lazy:
+    """`idx[_lexsort(keys)]` (keys: one value per entry of `idx`) sorted only as far as it is read (`head`).
+
+    The head of k is the sort of the entries whose last (primary) key is at most its k-th least, which
+    all come before any other (the order of `_BoundOrder`, with the index as the last tie-break)."""
+
+    def __init__(self, idx: np.ndarray, keys: tuple[np.ndarray, ...]) -> None:
+        self.idx, self.keys = idx, keys
+        self.order: np.ndarray | None = None   # the whole order, once sorted
+
+    def __len__(self) -> int:
+        return len(self.idx)
+
+    def head(self, k: int) -> np.ndarray:
+        """At least the first min(k, len) entries of the order."""
+        if self.order is not None:
+            return self.order
+        p = self.keys[-1]
+        if 4 * k < len(p):
+            v = np.partition(p, k - 1)[k - 1]
+            sel = np.flatnonzero(p <= v)
+            if len(sel) >= k:               # (fewer: NaN keys, which sort last)
+                return self.idx[sel[_lexsort(tuple(key[sel] for key in self.keys))]]
+        self.order = self.idx[_lexsort(self.keys)]
+        return self.order
 
 
 def _untiled_bounds(space: FactoredSpace, idx: np.ndarray) -> np.ndarray:
@@ -309,16 +343,29 @@ class _Queues:
 
     STEP = 8  # outer choices expanded per group: fewer, larger batches
 
-    def __init__(self, queues: list[np.ndarray], bound: np.ndarray | None, n_outer: int) -> None:
-        # plain lists: groups are formed one outer choice at a time (numpy scalars would cost more)
-        self.queues = [q.tolist() for q in queues]
-        # each queue's bounds beside it (the queues are short heads of the outer choices)
-        self.bounds = [bound[q].tolist() for q in queues] if bound is not None else None
+    def __init__(self, queues: list[np.ndarray | _Lazy], bound: np.ndarray | None, n_outer: int) -> None:
+        # plain lists: groups are formed one outer choice at a time (numpy scalars would cost more); a
+        # lazily sorted queue's list grows as it is read (`_more`)
+        self.lazy = [q if isinstance(q, _Lazy) else None for q in queues]
+        self.total = [len(q) for q in queues]
+        self.queues: list[list[int]] = [[] if isinstance(q, _Lazy) else q.tolist() for q in queues]
+        # each queue's bounds beside it
+        self.bound = bound
+        self.bounds = [[] if isinstance(q, _Lazy) else bound[q].tolist() for q in queues] \
+            if bound is not None else None
         self.pos = [0] * len(queues)
         self.expanded = bytearray(n_outer)
 
+    def _more(self, qi: int) -> None:
+        """Sort queue `qi` further (the read head doubled) and append what it adds to its list."""
+        q = self.queues[qi]
+        new = self.lazy[qi].head(max(256, 2 * len(q)))[len(q):]  # type: ignore[union-attr]
+        q.extend(new.tolist())
+        if self.bounds is not None and self.bound is not None:
+            self.bounds[qi].extend(self.bound[new].tolist())
+
     def any_left(self) -> bool:
-        return any(p < len(q) for p, q in zip(self.pos, self.queues))
+        return any(p < t for p, t in zip(self.pos, self.total))
 
     def mark(self) -> list[int]:
         return list(self.pos)
@@ -330,9 +377,11 @@ class _Queues:
         """The next group of queue `qi`: up to STEP outer choices not expanded yet whose bound beats `best`."""
         q, expanded, step = self.queues[qi], self.expanded, self.STEP
         qb = self.bounds[qi] if self.bounds is not None else None
-        i, end = self.pos[qi], len(q)
+        i, end = self.pos[qi], self.total[qi]
         group: list[int] = []
         while i < end:
+            if i == len(q):
+                self._more(qi)
             o = q[i]
             i += 1
             if qb is not None and qb[i - 1] >= best:
