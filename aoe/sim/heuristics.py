@@ -506,13 +506,14 @@ def default_conv(soc: Soc, op: Conv2D) -> dict[str, int]:
     the fastest of those over core budgets (rule C5)."""
     out_h, out_w, _, k_al, n_units = _conv_dims(op)
     splits = _conv_split(soc, op, out_h, out_w, n_units, k_al)
-    # every split's rule-C3 candidates checked in one native call
-    cands = [_conv_cands(soc, op, split) for split in splits]
-    reasons = _valid(soc, op, [c for cs, _ in cands for c in cs])
-    tilings, at = [], 0
-    for cs, ho_core in cands:
-        tilings.append(_conv_pick(soc, op, cs, reasons[at:at + len(cs)], ho_core))
-        at += len(cs)
+    # every split's rule-C3 candidates built at once and checked in one native call; each split's first
+    # valid one in rule order (ping-pong first), the fall-backs only for a split without any
+    cands, ho_core = _conv_cands_grid(op, splits)
+    reasons = _valid(soc, op, cands.reshape(-1, cands.shape[-1])).reshape(len(splits), -1)
+    ok = reasons[:, _PING_PONG_FIRST] == 0
+    first = np.asarray(_PING_PONG_FIRST)[ok.argmax(axis=1)]
+    tilings = [dict(zip(CONV_FIELDS, (int(v) for v in cands[s, first[s]]))) if ok[s].any() else
+               _conv_pick(soc, op, cands[s].tolist(), reasons[s], int(ho_core[s])) for s in range(len(splits))]
     b, _ = _fastest_budget(soc, op, [[[t[f] for f in CONV_FIELDS]] if t is not None else [] for t in tilings])
     return tilings[b]  # type: ignore[return-value]  # _fastest_budget picks a budget with a tiling
 
@@ -537,8 +538,20 @@ def _conv_tiling(soc: Soc, op: Conv2D, split: tuple[int, ...]) -> dict[str, int]
     return _conv_pick(soc, op, cands, _valid(soc, op, cands), ho_core)
 
 
+# rule C3's candidates of a split in the order they are tried: the full ping-pong ones first
+_PING_PONG_FIRST = sorted(range(36), key=lambda i: i % 4)
+
+
 def _conv_cands(soc: Soc, op: Conv2D, split: tuple[int, ...]) -> tuple[list[list[int]], int]:
     """Rule C3's candidate tilings of a core split (36, in rule order), and the output rows per core."""
+    cands, ho_core = _conv_cands_grid(op, [split])
+    return cands[0].tolist(), int(ho_core[0])
+
+
+def _conv_cands_grid(op: Conv2D, splits: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
+    """Rule C3's candidate tilings of every core split (groupDim, batchDim, hoDim, nDim): an array of
+    splits x 36 rows in rule order (L1 rows 4, 2, 1 L0 blocks; K chunks of 4, 2, 1 windows; ping-pong
+    31, 15, 12, 0), and each split's output rows per core."""
     c = op.x[1]
     cout, _, kh, kw = op.weight
     ea = DTYPE_BYTES[op.dtype]
@@ -548,35 +561,44 @@ def _conv_cands(soc: Soc, op: Conv2D, split: tuple[int, ...]) -> tuple[list[list
     cin_g, co_g = c // g, cout // g
     filt = op.op_type.endswith("BackpropFilter")
     out_h, out_w, out_c, k_al, _ = _conv_dims(op)
-    gd, bd, hd, nd = split
-    ho_core = _cdiv(out_h, hd)
+    sp = np.array(splits, np.int64).reshape(-1, 4)
+    gd, bd, hd, nd = (sp[:, i] for i in range(4))
+    ho_core = -(-out_h // hd)
     wo_l0 = _divisor_at_most(out_w, 128)
-    ho_l0 = max(1, min(ho_core, 128 // wo_l0))
+    ho_l0 = np.maximum(1, np.minimum(ho_core, 128 // wo_l0))
     win = kh * kw * c0  # L1 stages whole kernel windows of C0-channel groups
     if filt:
         k_l0 = min(_align(co_g, 16), 128)  # Cout block of dW
     else:
         k_l0 = min(64 * 2 // ea, k_al)
-        n_l0 = min(_align(_cdiv(out_c, nd), 16), 256)
-    c1_core = _cdiv(_cdiv(cin_g, c0), nd)
-    cands = []
-    for ho_mult in (4, 2, 1):
-        ho_l1 = min(ho_core // ho_l0 * ho_l0, ho_l0 * ho_mult) or ho_l0
-        for k_steps in (4, 2, 1):
-            if filt:
-                # kBL1 = whole windows of k_steps channel groups; nL0 a multiple of 16 dividing it
-                k_a1 = k_l0
-                k_b1 = win * min(k_steps, c1_core)
-                n_l0_c = next((d for d in range(128, 15, -16) if k_b1 % d == 0), min(128, _align(k_b1, 16)))
-                k_l0_c = k_l0
-            else:
-                k_a1 = min(win * k_steps, _cdiv(k_al, win) * win)
-                k_b1, n_l0_c = k_a1, n_l0
-                k_l0_c = math.gcd(k_a1, k_l0)  # kL0 must divide the L1 K chunks
-            for pbuf in (31, 15, 12, 0):
-                cands.append([bd, hd, nd, gd, ho_l1, out_w if not filt else wo, k_a1, k_b1, ho_l0, wo_l0, k_l0_c,
-                              n_l0_c, pbuf, 0])
-    return cands, ho_core
+        n_l0 = np.minimum(-(-(-(-out_c // nd)) // 16) * 16, 256)
+    c1_core = -(-_cdiv(cin_g, c0) // nd)
+    out = np.zeros((len(sp), 3, 3, 4, 14), np.int64)   # split, L1 rows, K chunk, ping-pong, field
+    out[..., 0], out[..., 1], out[..., 2], out[..., 3] = (x[:, None, None, None] for x in (bd, hd, nd, gd))
+    for a, ho_mult in enumerate((4, 2, 1)):
+        ho_l1 = np.minimum(ho_core // ho_l0 * ho_l0, ho_l0 * ho_mult)
+        out[:, a, ..., 4] = np.where(ho_l1 == 0, ho_l0, ho_l1)[:, None, None]
+    out[..., 5] = out_w if not filt else wo
+    for b, k_steps in enumerate((4, 2, 1)):
+        if filt:
+            # kBL1 = whole windows of k_steps channel groups; nL0 a multiple of 16 dividing it
+            k_b1 = win * np.minimum(k_steps, c1_core)
+            n_l0_c = np.minimum(128, -(-k_b1 // 16) * 16)
+            for d in range(16, 129, 16):     # the largest divisor from 128 down wins: set it last
+                n_l0_c = np.where(k_b1 % d == 0, d, n_l0_c)
+            k_a1, k_l0_c = k_l0, k_l0
+        else:
+            k_a1 = min(win * k_steps, _cdiv(k_al, win) * win)
+            k_b1, n_l0_c = k_a1, n_l0
+            k_l0_c = math.gcd(k_a1, k_l0)  # kL0 must divide the L1 K chunks
+        out[:, :, b, :, 6] = k_a1
+        out[:, :, b, :, 7] = k_b1[:, None, None] if filt else k_b1
+        out[:, :, b, :, 10] = k_l0_c
+        out[:, :, b, :, 11] = n_l0_c[:, None, None]
+    out[..., 8] = ho_l0[:, None, None, None]
+    out[..., 9] = wo_l0
+    out[..., 12] = np.array([31, 15, 12, 0], np.int64)
+    return out.reshape(len(sp), 36, 14), ho_core
 
 
 def _conv_pick(soc: Soc, op: Conv2D, cands: list[list[int]], reasons: np.ndarray, ho_core: int) -> dict[str, int] | None:
