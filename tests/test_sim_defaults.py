@@ -222,3 +222,32 @@ def test_more_cores_never_slower(small, factor):
         if t_big > t_small * (1 + 1e-9):
             slower.append((round(t_big / t_small, 4), op))
     assert not slower, (len(slower), sorted(slower, key=lambda x: -x[0])[:3])
+
+
+def test_vector_default_lists_every_core_budget_in_one_pass(zoo_cases, monkeypatch):
+    """Rule V4 prices every core budget's candidates: they are listed for all budgets at once (counted:
+    `_vector_cands`, one call per budget, is not called), the rows it would list, in its order."""
+    import numpy as np
+
+    from aoe.sim import heuristics as h
+
+    ops = [v.sim_op for c in zoo_cases for v in c.formats + c.impls if isinstance(v.sim_op, sim.VectorOp)]
+    ops += [sim.VectorOp("SoftmaxV2", (8, 12, 128, 128), axes=(3,)), sim.VectorOp("ReduceSumD", (3, 40000), axes=(1,)),
+            sim.VectorOp("ReduceMeanD", (7, 3, 1000), axes=(1, 2), dtype="float32", out_dtype="float32")]
+    for name in SOCS:
+        soc = load_soc(name)
+        for op in ops:
+            shape = h._vector_rows(op)
+            splits = list(dict.fromkeys(h._vector_split(op, shape, k, None) for k in range(soc.vector_cores, 0, -1)))
+            want = [h._vector_cands(soc, op, shape, impl, block, None) for impl, block in splits]
+            rows, counts = h._vector_split_rows(soc, op, shape, splits)
+            assert counts.tolist() == [len(w) for w in want]
+            assert np.array_equal(rows, np.array([c for w in want for c in w], np.int64).reshape(-1, 4))
+    calls = []
+    real = h._vector_cands
+    monkeypatch.setattr(h, "_vector_cands", lambda *a: calls.append(a) or real(*a))
+    op = sim.VectorOp("Relu", (32, 256, 56, 56))
+    h.default_vector(load_soc("Ascend910B2"), op)
+    assert calls == []
+    h.default_vector(load_soc("Ascend910B2"), op, {0})      # a restricted implementation: the per-budget lists
+    assert len(calls) > 1

@@ -148,12 +148,15 @@ class _Tracker:
             return np.zeros(0)
         return self._count(rows, times[: len(rows)])
 
-    def _count(self, rows: np.ndarray, times: np.ndarray) -> np.ndarray:
-        times = np.where(np.isnan(times), np.inf, times)
+    def _count(self, rows: np.ndarray, times: np.ndarray, least: float | None = None) -> np.ndarray:
+        """Count priced rows, keep the best; `least`: the least of `times`, already without NaN."""
+        if least is None:
+            times = np.where(np.isnan(times), np.inf, times)
         self.evals += len(rows)
-        i = int(np.argmin(times))
-        if times[i] < self.best:
-            self.best, self.best_row = float(times[i]), rows[i].copy()
+        if least is None or least < self.best:
+            i = int(np.argmin(times))
+            if times[i] < self.best:
+                self.best, self.best_row = float(times[i]), rows[i].copy()
         return times
 
     def result(self, driver: str) -> SearchResult:
@@ -199,14 +202,24 @@ def beam(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget | Non
     times_outer = np.full(len(outer), np.inf)
     done = 0
     batch = 4096
+    n_nan = -1
     while done < len(order) and tr.evals < max(phase1_cap, 1) and tr.left():
-        idx = order[done:done + batch]
-        if lb is not None and np.isfinite(tr.best):
-            idx = idx[lb[idx] < tr.best]  # cannot beat the best: skip without measuring
-            if not len(idx) and lb[order[min(done + batch, len(order)) - 1]] >= tr.best:
-                break  # bounds are sorted: everything after is pruned too
         cap = max(0, max(phase1_cap, 1) - tr.evals)
-        idx = idx[:cap]
+        if lb is not None and np.isfinite(tr.best):
+            # cannot beat the best: skip without measuring. The bounds are sorted (NaN last), so the
+            # outer choices below the best time are the first `below` of the order: the order is
+            # read (and sorted) no further
+            below = int(np.count_nonzero(lb < tr.best))
+            if done >= below:
+                if n_nan < 0:
+                    n_nan = int(np.count_nonzero(np.isnan(lb)))
+                if min(done + batch, len(order)) - 1 < len(order) - n_nan:
+                    break  # the batch ends on a bound at or above the best: everything after is pruned too
+                idx = np.zeros(0, np.int64)
+            else:
+                idx = order[done:min(done + batch, below, done + cap)]
+        else:
+            idx = order[done:done + batch][:cap]
         if len(idx):
             t = tr.run(outer[idx])
             times_outer[idx[:len(t)]] = t
@@ -228,26 +241,79 @@ def beam(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget | Non
     # each expanded group only the strategies whose own bound beats the best time are priced, lowest
     # bound first (`_expand_under`).
     finite = np.flatnonzero(np.isfinite(times_outer))
-    by_time = finite[np.argsort(times_outer[finite], kind="stable")]
+    tiled = lb is not None and space.expand_untiled is not None and space.tilings is not None \
+        and space.row_bound is not None
+    if tiled or width is not None:
+        by_time = finite[_lexsort((times_outer[finite],))]     # (a stable sort)
     if width is not None:
         by_time = by_time[:width]
-    if lb is not None and space.expand_untiled is not None and space.tilings is not None \
-            and space.row_bound is not None:
-        order = np.lexsort((times_outer, lb))
+    if tiled:
+        if width is None:
+            by_time = by_time[lb[by_time] < tr.best]   # (the queue skips the others)
+        order = _bound_queue(times_outer, lb, tr.best if width is None else None)
+        if isinstance(order, _Lazy):
+            order = order.head(len(order))         # (read by chunks of its own: sorted whole)
         order = order[:width] if width is not None else order
         _expand_in_turns(tr, space, _Tightened(space, by_time, order, lb), [0, 1],
                          speculate=isinstance(measure, SimulatorMeasure), row_bound=space.row_bound)
         return tr.result("beam")
-    by_bound = None
+    by_bound: np.ndarray | _Lazy | None = None
+    if width is None:
+        # phase 2 reads a few percent of the queues: each is sorted as far as it is read
+        if lb is not None:
+            finite = finite[~(lb[finite] >= tr.best)]   # (the queue skips the others)
+        by_time = _Lazy(finite, (times_outer[finite],))
     if space.lower_bound is not None:
         # by bound, ties broken by the priced staging (an unpriced or invalid one last)
-        by_bound = np.lexsort((times_outer, space.lower_bound))
+        by_bound = _bound_queue(times_outer, space.lower_bound, tr.best if lb is not None and width is None else None)
         by_bound = by_bound[:width] if width is not None else by_bound
     queues = [by_time] + ([by_bound] if by_bound is not None else [])
     turns = [0, 1][: len(queues)]  # a group by priced time, then one by bound
     _expand_in_turns(tr, space, _Queues(queues, lb, len(outer)), turns,
                      speculate=isinstance(measure, SimulatorMeasure))
     return tr.result("beam")
+
+
+def _bound_queue(times_outer: np.ndarray, lb: np.ndarray, best: float | None) -> np.ndarray | _Lazy:
+    """Outer choices by bound, ties by priced time: `np.lexsort((times_outer, lb))`, or with `best` only
+    its head below `best`.
+
+    The bound queue stops at its first outer choice whose bound reaches the best time, which only
+    falls: with the best time phase 2 starts from, what comes after that choice is never read.
+    """
+    if best is not None:
+        over = lb >= best
+        if over.any():       # (else the whole order: NaN bounds, sorted last, are read too)
+            head = np.flatnonzero(lb < best)
+            return _Lazy(head, (times_outer[head], lb[head]))
+    return _lexsort((times_outer, lb))
+
+
+class _Lazy:
+    """`idx[_lexsort(keys)]` (keys: one value per entry of `idx`) sorted only as far as it is read (`head`).
+
+    The head of k is the sort of the entries whose last (primary) key is at most its k-th least, which
+    all come before any other (the order of `_BoundOrder`, with the index as the last tie-break)."""
+
+    def __init__(self, idx: np.ndarray, keys: tuple[np.ndarray, ...]) -> None:
+        self.idx, self.keys = idx, keys
+        self.order: np.ndarray | None = None   # the whole order, once sorted
+
+    def __len__(self) -> int:
+        return len(self.idx)
+
+    def head(self, k: int) -> np.ndarray:
+        """At least the first min(k, len) entries of the order."""
+        if self.order is not None:
+            return self.order
+        p = self.keys[-1]
+        if 4 * k < len(p):
+            v = np.partition(p, k - 1)[k - 1]
+            sel = np.flatnonzero(p <= v)
+            if len(sel) >= k:               # (fewer: NaN keys, which sort last)
+                return self.idx[sel[_lexsort(tuple(key[sel] for key in self.keys))]]
+        self.order = self.idx[_lexsort(self.keys)]
+        return self.order
 
 
 def _untiled_bounds(space: FactoredSpace, idx: np.ndarray) -> np.ndarray:
@@ -277,15 +343,29 @@ class _Queues:
 
     STEP = 8  # outer choices expanded per group: fewer, larger batches
 
-    def __init__(self, queues: list[np.ndarray], bound: np.ndarray | None, n_outer: int) -> None:
-        # plain lists: groups are formed one outer choice at a time (numpy scalars would cost more)
-        self.queues = [q.tolist() for q in queues]
-        self.bound = bound.tolist() if bound is not None else None
+    def __init__(self, queues: list[np.ndarray | _Lazy], bound: np.ndarray | None, n_outer: int) -> None:
+        # plain lists: groups are formed one outer choice at a time (numpy scalars would cost more); a
+        # lazily sorted queue's list grows as it is read (`_more`)
+        self.lazy = [q if isinstance(q, _Lazy) else None for q in queues]
+        self.total = [len(q) for q in queues]
+        self.queues: list[list[int]] = [[] if isinstance(q, _Lazy) else q.tolist() for q in queues]
+        # each queue's bounds beside it
+        self.bound = bound
+        self.bounds = [[] if isinstance(q, _Lazy) else bound[q].tolist() for q in queues] \
+            if bound is not None else None
         self.pos = [0] * len(queues)
         self.expanded = bytearray(n_outer)
 
+    def _more(self, qi: int) -> None:
+        """Sort queue `qi` further (the read head doubled) and append what it adds to its list."""
+        q = self.queues[qi]
+        new = self.lazy[qi].head(max(256, 2 * len(q)))[len(q):]  # type: ignore[union-attr]
+        q.extend(new.tolist())
+        if self.bounds is not None and self.bound is not None:
+            self.bounds[qi].extend(self.bound[new].tolist())
+
     def any_left(self) -> bool:
-        return any(p < len(q) for p, q in zip(self.pos, self.queues))
+        return any(p < t for p, t in zip(self.pos, self.total))
 
     def mark(self) -> list[int]:
         return list(self.pos)
@@ -295,20 +375,27 @@ class _Queues:
 
     def take(self, qi: int, best: float) -> list[int]:
         """The next group of queue `qi`: up to STEP outer choices not expanded yet whose bound beats `best`."""
-        q, pos = self.queues[qi], self.pos
+        q, expanded, step = self.queues[qi], self.expanded, self.STEP
+        qb = self.bounds[qi] if self.bounds is not None else None
+        i, end = self.pos[qi], self.total[qi]
         group: list[int] = []
-        while pos[qi] < len(q) and len(group) < self.STEP:
-            o = q[pos[qi]]
-            pos[qi] += 1
-            if self.bound is not None and self.bound[o] >= best:
+        while i < end:
+            if i == len(q):
+                self._more(qi)
+            o = q[i]
+            i += 1
+            if qb is not None and qb[i - 1] >= best:
                 if qi == 1:
-                    pos[qi] = len(q)  # the bound queue is sorted: nothing after it can win
+                    i = end  # the bound queue is sorted: nothing after it can win
                     break
                 continue
-            if self.expanded[o]:
+            if expanded[o]:
                 continue
-            self.expanded[o] = 1
+            expanded[o] = 1
             group.append(o)
+            if len(group) == step:
+                break
+        self.pos[qi] = i
         return group
 
 
@@ -360,13 +447,14 @@ class _Tightened(_Queues):
 
         Candidates are tightened a few dozen at a time; whether one is skipped depends only on its
         own bound and `best` (never on what was tightened before: pricing ahead changes nothing)."""
-        q, pos, bound = self.queues[0], self.pos, self.bound
-        assert bound is not None
+        q, pos, bounds = self.queues[0], self.pos, self.bounds
+        assert bounds is not None
+        bound = bounds[0]
         group: list[int] = []
         while len(group) < self.STEP and pos[0] < len(q):
             at, i = [], pos[0]        # positions in the queue of the next candidates
             while i < len(q) and len(at) < 4 * self.STEP:
-                if bound[q[i]] < best and not self.expanded[q[i]]:
+                if bound[i] < best and not self.expanded[q[i]]:
                     at.append(i)
                 i += 1
             pos[0] = i
@@ -386,10 +474,11 @@ class _Tightened(_Queues):
         return group
 
     def _tighten(self, best: float) -> None:
-        order, bound, pos = self.order, self.bound, self.pos
-        assert bound is not None
-        while pos[1] < len(order) and (not self.heap or bound[order[pos[1]]] < self.heap[0][0]):
-            if bound[order[pos[1]]] >= best:
+        order, bounds, pos = self.order, self.bounds, self.pos
+        assert bounds is not None
+        bound = bounds[1]
+        while pos[1] < len(order) and (not self.heap or bound[pos[1]] < self.heap[0][0]):
+            if bound[pos[1]] >= best:
                 pos[1] = len(order)  # sorted by their own bound: none after it can win
                 return
             end = min(len(order), pos[1] + self.chunk)
@@ -444,16 +533,32 @@ def _expand_in_turns(tr: _Tracker, space: FactoredSpace, queues: _Queues | _Tigh
                 break
         if not plan:
             continue
-        groups = [outer[g] for g, _, _ in plan]
+        # every group's outer rows in one gather, then a view of each
+        picked = outer[[o for g, _, _ in plan for o in g]]
+        ends = np.cumsum([len(g) for g, _, _ in plan]).tolist()
+        groups = [picked[a:b] for a, b in zip([0] + ends[:-1], ends)]
         rows, bounds = space.expand_groups(groups) if row_bound is None else \
             _expand_under(space, groups, row_bound, best)
         rows_seen, groups_seen = rows_seen + len(rows), groups_seen + len(plan)
         times = tr.price(rows)
+        # each group's least time, for all groups at once: a group is counted as `take` would count it
+        # (its rows, and its best row if it beats the best time) without a numpy call per group
+        clean = np.where(np.isnan(times), np.inf, times)
+        at = bounds.tolist()
+        some = np.flatnonzero(np.diff(bounds))
+        least = np.full(len(plan), np.inf)
+        if len(some):
+            least[some] = np.minimum.reduceat(clean, bounds[some])
+        least_l = least.tolist()
         for i, (_, pos, turn) in enumerate(plan):
-            if not tr.left():
+            left = tr.left()
+            if not left:
                 return
-            if bounds[i] < bounds[i + 1]:     # (a group may hold nothing of the space: skip the bookkeeping)
-                tr.take(rows[bounds[i]:bounds[i + 1]], times[bounds[i]:bounds[i + 1]])
+            lo, hi = at[i], at[i + 1]
+            if hi - lo > left:                # the budget ends inside this group: count its head only
+                tr.take(rows[lo:hi], times[lo:hi])
+            elif lo < hi:                     # (a group may hold nothing of the space: skip the bookkeeping)
+                tr._count(rows[lo:hi], clean[lo:hi], least_l[i])
             if tr.best != best and i + 1 < len(plan):
                 # the groups after this one were formed with a best time that no longer holds
                 queues.rewind(pos)
@@ -489,17 +594,90 @@ def _expand_under(space: FactoredSpace, groups: list[np.ndarray], row_bound: Cal
     return rows[keep], np.searchsorted(gid[keep], np.arange(len(groups) + 1))
 
 
-def _by_bound(lb: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Indices in order of their bound, ties in a seeded random order.
+def _by_bound(lb: np.ndarray, rng: np.random.Generator) -> _BoundOrder:
+    """Indices in order of their bound, ties in a seeded random order (`_BoundOrder`: sorted as read)."""
+    return _BoundOrder(lb, rng.permutation(len(lb)))
 
-    The order of `np.lexsort((rng.permutation(n), lb))`, with one stable sort instead of two: the
-    permutation's inverse lists the indices in the order of their random keys, so a stable sort of
-    their bounds keeps tied ones in that order.
+
+class _BoundOrder:
+    """The order of `np.lexsort((key, lb))` (`key`: a permutation), sorted only as far as it is read.
+
+    The drivers read a short head of it (pruning stops them where the bounds reach the best time, a
+    few thousand of tens of thousands of outer choices): the head of k is the sort of the indices
+    whose bound is at most the k-th least, which all come before any other. Index or slice it like
+    the array.
     """
-    n = len(lb)
-    inv = np.empty(n, np.int64)
-    inv[rng.permutation(n)] = np.arange(n)
-    return inv[np.argsort(lb[inv], kind="stable")]
+
+    def __init__(self, lb: np.ndarray, key: np.ndarray) -> None:
+        self.lb, self.key = lb, key
+        self.head = np.zeros(0, np.int64)   # the order's first len(head) indices
+        self.whole = not len(lb)
+        self.by_key: np.ndarray | None = None   # the indices in the order of their keys
+
+    def __len__(self) -> int:
+        return len(self.lb)
+
+    def __getitem__(self, at: int | slice) -> Any:
+        end = (at.stop if at.stop is not None else len(self.lb)) if isinstance(at, slice) else at + 1
+        if end <= 0 or (isinstance(at, slice) and (at.start or 0) < 0):
+            end = len(self.lb)                # counted from the end: the whole order
+        if end > len(self.head) and not self.whole:
+            self._grow(end)
+        return self.head[at]
+
+    def _grow(self, k: int) -> None:
+        n, lb = len(self.lb), self.lb
+        k = max(k, 2 * len(self.head), 1024)  # doubling: a few partitions per search at most
+        if self.by_key is None:
+            self.by_key = np.empty(n, np.int64)
+            self.by_key[self.key] = np.arange(n)
+        # listed in the order of their keys, a stable sort by bound keeps tied ones in that order
+        if 4 * k < n:
+            v = np.partition(lb, k - 1)[k - 1]
+            below = lb <= v
+            if np.count_nonzero(below) >= k:  # (fewer: NaN bounds, which sort last)
+                sel = self.by_key[below[self.by_key]]
+                self.head = sel[_lexsort((lb[sel],))]
+                return
+        # most of it: the whole order
+        self.head, self.whole = self.by_key[_lexsort((lb[self.by_key],))], True
+
+
+def _ranks(x: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each value's rank among the distinct values of `x` (NaN last, all NaN equal, as numpy sorts
+    them), and how many there are.
+
+    Sorting by ranks combined into one distinct integer per index (`_lexsort`) gives a stable sort's
+    order with numpy's unstable (vectorised) sort, several times faster than its stable ones.
+    """
+    o = np.argsort(x)
+    s = x[o]
+    new = np.empty(len(x), bool)
+    new[:1] = True
+    np.not_equal(s[1:], s[:-1], out=new[1:])
+    if len(s) and s[-1] != s[-1]:      # NaN (sorted last): one rank for them all
+        new[1:] &= ~(np.isnan(s[1:]) & np.isnan(s[:-1]))
+    c = np.cumsum(new)
+    r = np.empty(len(x), np.int64)
+    r[o] = c - 1
+    return r, int(c[-1]) if len(c) else 0
+
+
+def _lexsort(keys: tuple[np.ndarray, ...]) -> np.ndarray:
+    """`np.lexsort(keys)` (the last key first, ties in index order), by the keys' dense ranks: as 16-bit
+    integers where they fit (numpy's stable sort of those is a radix sort), else one distinct integer
+    per index sorted by numpy's unstable (vectorised) sort."""
+    m = len(keys[0])
+    ranked = [_ranks(k) for k in keys]
+    if all(n_r <= 1 << 16 for _, n_r in ranked):
+        return np.lexsort(tuple(r.astype(np.uint16) for r, _ in ranked))
+    code, span = np.zeros(m, np.int64), 1
+    for r, n_r in reversed(ranked):
+        span *= max(1, n_r)
+        if span * max(1, m) >= 1 << 62:
+            return np.lexsort(keys)          # (would overflow: tens of millions of rows)
+        code = code * max(1, n_r) + r
+    return np.argsort(code * m + np.arange(m))
 
 
 def _seed(tr: _Tracker, space: FactoredSpace) -> None:

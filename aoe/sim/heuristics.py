@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import numpy as np
 
@@ -231,15 +232,93 @@ def default_vector(soc: Soc, op: VectorOp, allowed_impls: set[int] | None = None
     op_select_implmode=high_precision). The fastest of rules V1-V3 over core budgets (rule V4).
     """
     shape = _vector_rows(op)
-    done: set[tuple[int, int]] = set()
-    budgets: list[list[list[int]]] = []
+    splits: list[tuple[int, int]] = []
     for k in range(soc.vector_cores, 0, -1):
-        impl, block = _vector_split(op, shape, k, allowed_impls)
-        if (impl, block) not in done:  # the tiles depend on the core budget only through these
-            done.add((impl, block))
-            budgets.append(_vector_cands(soc, op, shape, impl, block, allowed_impls))
+        split = _vector_split(op, shape, k, allowed_impls)
+        if split not in splits:  # the tiles depend on the core budget only through these
+            splits.append(split)
+    if allowed_impls is None:
+        rows, counts = _vector_split_rows(soc, op, shape, splits)
+        return dict(zip(VEC_FIELDS, (int(v) for v in rows[_fastest_row(soc, op, rows, counts)])))
+    budgets = [_vector_cands(soc, op, shape, impl, block, allowed_impls) for impl, block in splits]
     b, i = _fastest_budget(soc, op, budgets)
     return dict(zip(VEC_FIELDS, (int(v) for v in budgets[b][i])))
+
+
+def _fastest_row(soc: Soc, op: SimOp, rows: np.ndarray, counts: np.ndarray) -> int:
+    """`_fastest_budget` over budgets given as one array of rows and each budget's row count: the index
+    of the winning row (the first valid candidate of the fastest budget, the earlier among equals)."""
+    if not len(counts) or not counts[0]:
+        raise AssertionError(f"no default tiling for {op} with all the cores")
+    times, reasons = _sim.simulate_times(soc.native, op.kind, op.params(), rows, 1)
+    starts = np.zeros(len(counts), np.int64)
+    np.cumsum(counts[:-1], out=starts[1:])
+    ok = np.flatnonzero(reasons == 0)
+    at = np.searchsorted(ok, starts)                      # each budget's first valid row, if it has one
+    first = ok[np.minimum(at, len(ok) - 1)] if len(ok) else starts
+    has = (at < len(ok)) & (first < starts + counts)
+    if not has[0]:
+        raise AssertionError(f"no valid default tiling for {op} with all the cores")
+    t = np.where(has, times[first], np.inf)
+    t[1:][np.isnan(t[1:])] = np.inf                       # (a later budget wins only by a smaller time)
+    return int(first[int(np.argmin(t))])
+
+
+def _vector_split_rows(soc: Soc, op: VectorOp, shape: tuple[int, int, int],
+                       splits: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """`_vector_cands` of every split (impl, blockDim) at once, without `allowed_impls`: the candidate
+    rows split after split, in the order it lists them, and how many each split has.
+
+    The same rules V2-V3 on a (split x tile) grid: each split's 17 tiles (its whole share and the UB
+    tiles halving down), evened out, de-duplicated and sorted per split, then the double-buffered
+    candidates (of the tiles that leave two loops, else all) and the single-buffered ones.
+    """
+    ea = DTYPE_BYTES[op.dtype]
+    align = 32 // ea
+    elems, rows, row_len = shape
+    impl = np.array([s[0] for s in splits], np.int64)[:, None]
+    block = np.array([s[1] for s in splits], np.int64)[:, None]
+    per_core = -(-(-(-elems // block)) // align) * align
+    cap = (soc.ub - soc.ub_reserved) // ea
+    ub_tiles = np.array([(cap >> s) // align * align for s in range(16)], np.int64)[None, :]
+    tiles = np.concatenate([per_core, np.minimum(per_core, ub_tiles)], axis=1)
+    keep = tiles >= align
+    t = np.where(keep, tiles, align)                      # (dropped tiles: any value that divides safely)
+
+    def even(length: Any) -> np.ndarray:                  # `_even` of every tile
+        return np.minimum(t, -(-(-(-length // -(-length // t))) // align) * align)
+
+    share_rows = -(-rows // block)
+    if op.axes and op.op_type not in ("Transpose", "TransData"):
+        per_row = np.maximum(1, t // row_len)
+        whole = -(-(-(-share_rows // -(-share_rows // per_row)) * row_len) // align) * align
+        other, other_share = np.where(t >= row_len, whole, even(row_len)), share_rows * row_len
+        other_one = share_rows >= 2
+    else:
+        other, other_share, other_one = even(per_core), per_core, per_core >= 2 * align
+    split_share = -(-row_len // block)                   # impl 1: the row is split over the cores
+    one = impl == 1
+    tiles = np.where(one, even(split_share), other)
+    share = np.where(one, split_share, other_share)
+    one_loop = np.where(one, split_share >= 2 * align, other_one)
+    # de-duplicated, largest first (dropped tiles as -1, sorted last)
+    tiles = -np.sort(-np.where(keep, tiles, -1), axis=1)
+    kept = tiles > 0
+    kept[:, 1:] &= tiles[:, 1:] != tiles[:, :-1]
+    two = kept & ~(one_loop & (tiles >= share))
+    db1 = np.where(two.any(axis=1, keepdims=True), two, kept)
+    softmax_fit = op.op_type == "SoftmaxV2"
+    n, m = tiles.shape
+    pairs = 2 if softmax_fit else 1
+    out = np.empty((n, 2, m, pairs, 4), np.int64)         # split, db (1 then 0), tile, [softmax pair], field
+    out[..., 0] = block[:, :, None, None]
+    out[..., 1] = tiles[:, None, :, None]
+    out[:, 0, ..., 2], out[:, 1, ..., 2] = 1, 0
+    out[..., 3] = impl[:, :, None, None]
+    if softmax_fit:
+        out[..., 0, 3] = np.where(tiles >= row_len, 2, impl)[:, None, :]
+    mask = np.broadcast_to(np.stack([db1, kept], axis=1)[..., None], (n, 2, m, pairs))
+    return out[mask], mask.reshape(n, -1).sum(axis=1)
 
 
 def _vector_rows(op: VectorOp) -> tuple[int, int, int]:
@@ -356,15 +435,23 @@ def _conv_split(soc: Soc, op: Conv2D, out_h: int, out_w: int, n_units: int,
     wo_l0 = _divisor_at_most(out_w, 128)
     seen: set[tuple[int, ...]] = set()
     scored: list[tuple[float, int, tuple[int, ...]]] = []
+    # (each level's effective parts and per-core share computed in its own loop: the same values)
     for gd in range(1, min(g, cores) + 1):
+        g_d = _cdiv(g, _cdiv(g, gd))
+        g_c = _cdiv(g, g_d)
         for bd in range(1, min(n, cores // gd) + 1):
+            b_d = _cdiv(n, _cdiv(n, bd))
+            n_c = _cdiv(n, b_d)
             for hd in range(1, min(out_h, cores // (gd * bd)) + 1):
+                h_d = _cdiv(out_h, _cdiv(out_h, hd))
+                rows = _cdiv(out_h, h_d)
                 for nd in range(1, min(n_units, cores // (gd * bd * hd)) + 1):
-                    dims = tuple(_cdiv(x, _cdiv(x, d)) for x, d in ((g, gd), (n, bd), (out_h, hd), (n_units, nd)))
+                    n_d = _cdiv(n_units, _cdiv(n_units, nd))
+                    dims = (g_d, b_d, h_d, n_d)
                     if dims in seen:
                         continue
                     seen.add(dims)
-                    g_c, n_c, rows, u_c = (_cdiv(x, d) for x, d in zip((g, n, out_h, n_units), dims))
+                    u_c = _cdiv(n_units, n_d)
                     if dims[2] > 1 and rows * out_w < 16:
                         continue  # a core would get less than one fractal of output pixels
                     if filt and dims[2] > 1 and dims[1] < n:
@@ -392,11 +479,23 @@ def _conv_split(soc: Soc, op: Conv2D, out_h: int, out_w: int, n_units: int,
                     scalar = blocks * soc.scalar_iter_cycles  # issuing ~128-pixel L0 blocks
                     scored.append((g_c * (max(cube, expand, moved / rate, scalar) + fixed), used, dims))
     assert scored, "no core split"
+    # For each budget k: among the splits using at most k cores, the least (cores, estimate, dims) of those
+    # within 2% of their least estimate. With the splits sorted by that key once, a budget's splits are a
+    # head of them, its least estimate the running minimum, and its pick the first of the head within 2%.
+    ranked = sorted((u, e, d) for e, u, d in scored)
+    least_of_head, least = [], math.inf
+    for _, e, _ in ranked:
+        least = min(least, e)
+        least_of_head.append(least)
     picks: list[tuple[int, ...]] = []
+    end = len(ranked)
     for k in range(cores, 0, -1):
-        within = [(e, u, d) for e, u, d in scored if u <= k]
-        least = min(e for e, _, _ in within)
-        pick = min((u, e, d) for e, u, d in within if e <= 1.02 * least)[2]
+        while end and ranked[end - 1][0] > k:
+            end -= 1
+        if not end:
+            raise ValueError("min() arg is an empty sequence")  # (no split within the budget)
+        limit = 1.02 * least_of_head[end - 1]
+        pick = next(d for _, e, d in ranked[:end] if e <= limit)
         if pick not in picks:
             picks.append(pick)
     return picks
@@ -407,7 +506,14 @@ def default_conv(soc: Soc, op: Conv2D) -> dict[str, int]:
     the fastest of those over core budgets (rule C5)."""
     out_h, out_w, _, k_al, n_units = _conv_dims(op)
     splits = _conv_split(soc, op, out_h, out_w, n_units, k_al)
-    tilings = [_conv_tiling(soc, op, split) for split in splits]
+    # every split's rule-C3 candidates built at once and checked in one native call; each split's first
+    # valid one in rule order (ping-pong first), the fall-backs only for a split without any
+    cands, ho_core = _conv_cands_grid(op, splits)
+    reasons = _valid(soc, op, cands.reshape(-1, cands.shape[-1])).reshape(len(splits), -1)
+    ok = reasons[:, _PING_PONG_FIRST] == 0
+    first = np.asarray(_PING_PONG_FIRST)[ok.argmax(axis=1)]
+    tilings = [dict(zip(CONV_FIELDS, (int(v) for v in cands[s, first[s]]))) if ok[s].any() else
+               _conv_pick(soc, op, cands[s].tolist(), reasons[s], int(ho_core[s])) for s in range(len(splits))]
     b, _ = _fastest_budget(soc, op, [[[t[f] for f in CONV_FIELDS]] if t is not None else [] for t in tilings])
     return tilings[b]  # type: ignore[return-value]  # _fastest_budget picks a budget with a tiling
 
@@ -428,6 +534,24 @@ def _conv_dims(op: Conv2D) -> tuple[int, int, int, int, int]:
 
 def _conv_tiling(soc: Soc, op: Conv2D, split: tuple[int, ...]) -> dict[str, int] | None:
     """Rule C3 for the core split (groupDim, batchDim, hoDim, nDim): the first valid tiling, else None."""
+    cands, ho_core = _conv_cands(soc, op, split)
+    return _conv_pick(soc, op, cands, _valid(soc, op, cands), ho_core)
+
+
+# rule C3's candidates of a split in the order they are tried: the full ping-pong ones first
+_PING_PONG_FIRST = sorted(range(36), key=lambda i: i % 4)
+
+
+def _conv_cands(soc: Soc, op: Conv2D, split: tuple[int, ...]) -> tuple[list[list[int]], int]:
+    """Rule C3's candidate tilings of a core split (36, in rule order), and the output rows per core."""
+    cands, ho_core = _conv_cands_grid(op, [split])
+    return cands[0].tolist(), int(ho_core[0])
+
+
+def _conv_cands_grid(op: Conv2D, splits: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
+    """Rule C3's candidate tilings of every core split (groupDim, batchDim, hoDim, nDim): an array of
+    splits x 36 rows in rule order (L1 rows 4, 2, 1 L0 blocks; K chunks of 4, 2, 1 windows; ping-pong
+    31, 15, 12, 0), and each split's output rows per core."""
     c = op.x[1]
     cout, _, kh, kw = op.weight
     ea = DTYPE_BYTES[op.dtype]
@@ -437,35 +561,49 @@ def _conv_tiling(soc: Soc, op: Conv2D, split: tuple[int, ...]) -> dict[str, int]
     cin_g, co_g = c // g, cout // g
     filt = op.op_type.endswith("BackpropFilter")
     out_h, out_w, out_c, k_al, _ = _conv_dims(op)
-    gd, bd, hd, nd = split
-    ho_core = _cdiv(out_h, hd)
+    sp = np.array(splits, np.int64).reshape(-1, 4)
+    gd, bd, hd, nd = (sp[:, i] for i in range(4))
+    ho_core = -(-out_h // hd)
     wo_l0 = _divisor_at_most(out_w, 128)
-    ho_l0 = max(1, min(ho_core, 128 // wo_l0))
+    ho_l0 = np.maximum(1, np.minimum(ho_core, 128 // wo_l0))
     win = kh * kw * c0  # L1 stages whole kernel windows of C0-channel groups
     if filt:
         k_l0 = min(_align(co_g, 16), 128)  # Cout block of dW
     else:
         k_l0 = min(64 * 2 // ea, k_al)
-        n_l0 = min(_align(_cdiv(out_c, nd), 16), 256)
-    c1_core = _cdiv(_cdiv(cin_g, c0), nd)
-    cands = []
-    for ho_mult in (4, 2, 1):
-        ho_l1 = min(ho_core // ho_l0 * ho_l0, ho_l0 * ho_mult) or ho_l0
-        for k_steps in (4, 2, 1):
-            if filt:
-                # kBL1 = whole windows of k_steps channel groups; nL0 a multiple of 16 dividing it
-                k_a1 = k_l0
-                k_b1 = win * min(k_steps, c1_core)
-                n_l0_c = next((d for d in range(128, 15, -16) if k_b1 % d == 0), min(128, _align(k_b1, 16)))
-                k_l0_c = k_l0
-            else:
-                k_a1 = min(win * k_steps, _cdiv(k_al, win) * win)
-                k_b1, n_l0_c = k_a1, n_l0
-                k_l0_c = math.gcd(k_a1, k_l0)  # kL0 must divide the L1 K chunks
-            for pbuf in (31, 15, 12, 0):
-                cands.append([bd, hd, nd, gd, ho_l1, out_w if not filt else wo, k_a1, k_b1, ho_l0, wo_l0, k_l0_c,
-                              n_l0_c, pbuf, 0])
-    reasons = _valid(soc, op, cands) if cands else np.array([_sim.REASONS.index("inconsistent")])
+        n_l0 = np.minimum(-(-(-(-out_c // nd)) // 16) * 16, 256)
+    c1_core = -(-_cdiv(cin_g, c0) // nd)
+    out = np.zeros((len(sp), 3, 3, 4, 14), np.int64)   # split, L1 rows, K chunk, ping-pong, field
+    out[..., 0], out[..., 1], out[..., 2], out[..., 3] = (x[:, None, None, None] for x in (bd, hd, nd, gd))
+    for a, ho_mult in enumerate((4, 2, 1)):
+        ho_l1 = np.minimum(ho_core // ho_l0 * ho_l0, ho_l0 * ho_mult)
+        out[:, a, ..., 4] = np.where(ho_l1 == 0, ho_l0, ho_l1)[:, None, None]
+    out[..., 5] = out_w if not filt else wo
+    for b, k_steps in enumerate((4, 2, 1)):
+        if filt:
+            # kBL1 = whole windows of k_steps channel groups; nL0 a multiple of 16 dividing it
+            k_b1 = win * np.minimum(k_steps, c1_core)
+            n_l0_c = np.minimum(128, -(-k_b1 // 16) * 16)
+            for d in range(16, 129, 16):     # the largest divisor from 128 down wins: set it last
+                n_l0_c = np.where(k_b1 % d == 0, d, n_l0_c)
+            k_a1, k_l0_c = k_l0, k_l0
+        else:
+            k_a1 = min(win * k_steps, _cdiv(k_al, win) * win)
+            k_b1, n_l0_c = k_a1, n_l0
+            k_l0_c = math.gcd(k_a1, k_l0)  # kL0 must divide the L1 K chunks
+        out[:, :, b, :, 6] = k_a1
+        out[:, :, b, :, 7] = k_b1[:, None, None] if filt else k_b1
+        out[:, :, b, :, 10] = k_l0_c
+        out[:, :, b, :, 11] = n_l0_c[:, None, None]
+    out[..., 8] = ho_l0[:, None, None, None]
+    out[..., 9] = wo_l0
+    out[..., 12] = np.array([31, 15, 12, 0], np.int64)
+    return out.reshape(len(sp), 36, 14), ho_core
+
+
+def _conv_pick(soc: Soc, op: Conv2D, cands: list[list[int]], reasons: np.ndarray, ho_core: int) -> dict[str, int] | None:
+    """The first valid of a split's rule-C3 candidates (`reasons`: theirs), else of the smaller fall-backs."""
+    out_w = _conv_dims(op)[1]
     # ping-pong first: the L1 block shrinks before a buffer loses its second half (rule C3)
     for i in sorted(range(len(cands)), key=lambda i: i % 4):
         if reasons[i] == 0:
