@@ -512,12 +512,12 @@ def test_conv_core_splits_are_the_distinct_effective_ones():
 
 @pytest.mark.parametrize("n,ties", [(1, True), (7, True), (5000, True), (5000, False)])
 def test_bound_order_is_the_lexsort_of_bound_then_seeded_key(n, ties):
-    from aoe.opat.search import _by_bound
+    from aoe.opat.order import by_bound
 
     lb = np.random.default_rng(n).integers(0, 20 if ties else 10**9, n).astype(float)
     want = np.lexsort((np.random.default_rng(5).permutation(n), lb))
-    assert np.array_equal(_by_bound(lb, np.random.default_rng(5))[:], want)
-    order = _by_bound(lb, np.random.default_rng(5))   # read a head at a time, as the drivers do
+    assert np.array_equal(by_bound(lb, np.random.default_rng(5))[:], want)
+    order = by_bound(lb, np.random.default_rng(5))   # read a head at a time, as the drivers do
     for end in sorted({min(n, e) for e in (1, 40, 1500, n)}):
         assert np.array_equal(order[end // 2:end], want[end // 2:end])
         assert order[end - 1] == want[end - 1]
@@ -556,7 +556,7 @@ def test_beam_sorts_only_the_outer_choices_it_reads(monkeypatch):
 
 def test_stable_orders_through_ranks_match_numpy():
     """The drivers' sorts by dense ranks give numpy's stable (lex)sort orders, NaN, -0.0 and inf included."""
-    from aoe.opat.search import _lexsort
+    from aoe.opat.order import lexsort
 
     rng = np.random.default_rng(3)
     for _ in range(50):
@@ -566,5 +566,5 @@ def test_stable_orders_through_ranks_match_numpy():
             x[rng.random(m) < 0.05] = np.nan
             x[rng.random(m) < 0.05] = np.inf
             x[rng.random(m) < 0.05] = -0.0
-        assert np.array_equal(_lexsort((a, b)), np.lexsort((a, b)))
-        assert np.array_equal(_lexsort((a,)), np.argsort(a, kind="stable"))
+        assert np.array_equal(lexsort((a, b)), np.lexsort((a, b)))
+        assert np.array_equal(lexsort((a,)), np.argsort(a, kind="stable"))

@@ -31,6 +31,7 @@ import numpy as np
 from ..errors import AoeError
 from ..sim import SimOp, simulate_times
 from ..soc import Soc
+from .order import LazyOrder, bound_queue, by_bound, lexsort
 from .space import FactoredSpace
 
 
@@ -194,7 +195,7 @@ def beam(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget | Non
     if lb is None:
         order = np.arange(len(outer))
     else:
-        order = _by_bound(lb, rng)
+        order = by_bound(lb, rng)
     if not prune:
         lb = None
     # Phase 1: outer choices with default staging, at most 60% of the budget.
@@ -244,76 +245,34 @@ def beam(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget | Non
     tiled = lb is not None and space.expand_untiled is not None and space.tilings is not None \
         and space.row_bound is not None
     if tiled or width is not None:
-        by_time = finite[_lexsort((times_outer[finite],))]     # (a stable sort)
+        by_time = finite[lexsort((times_outer[finite],))]     # (a stable sort)
     if width is not None:
         by_time = by_time[:width]
     if tiled:
         if width is None:
             by_time = by_time[lb[by_time] < tr.best]   # (the queue skips the others)
-        order = _bound_queue(times_outer, lb, tr.best if width is None else None)
-        if isinstance(order, _Lazy):
+        order = bound_queue(times_outer, lb, tr.best if width is None else None)
+        if isinstance(order, LazyOrder):
             order = order.head(len(order))         # (read by chunks of its own: sorted whole)
         order = order[:width] if width is not None else order
         _expand_in_turns(tr, space, _Tightened(space, by_time, order, lb), [0, 1],
                          speculate=isinstance(measure, SimulatorMeasure), row_bound=space.row_bound)
         return tr.result("beam")
-    by_bound: np.ndarray | _Lazy | None = None
+    bound_q: np.ndarray | LazyOrder | None = None
     if width is None:
         # phase 2 reads a few percent of the queues: each is sorted as far as it is read
         if lb is not None:
             finite = finite[~(lb[finite] >= tr.best)]   # (the queue skips the others)
-        by_time = _Lazy(finite, (times_outer[finite],))
+        by_time = LazyOrder(finite, (times_outer[finite],))
     if space.lower_bound is not None:
         # by bound, ties broken by the priced staging (an unpriced or invalid one last)
-        by_bound = _bound_queue(times_outer, space.lower_bound, tr.best if lb is not None and width is None else None)
-        by_bound = by_bound[:width] if width is not None else by_bound
-    queues = [by_time] + ([by_bound] if by_bound is not None else [])
+        bound_q = bound_queue(times_outer, space.lower_bound, tr.best if lb is not None and width is None else None)
+        bound_q = bound_q[:width] if width is not None else bound_q
+    queues = [by_time] + ([bound_q] if bound_q is not None else [])
     turns = [0, 1][: len(queues)]  # a group by priced time, then one by bound
     _expand_in_turns(tr, space, _Queues(queues, lb, len(outer)), turns,
                      speculate=isinstance(measure, SimulatorMeasure))
     return tr.result("beam")
-
-
-def _bound_queue(times_outer: np.ndarray, lb: np.ndarray, best: float | None) -> np.ndarray | _Lazy:
-    """Outer choices by bound, ties by priced time: `np.lexsort((times_outer, lb))`, or with `best` only
-    its head below `best`.
-
-    The bound queue stops at its first outer choice whose bound reaches the best time, which only
-    falls: with the best time phase 2 starts from, what comes after that choice is never read.
-    """
-    if best is not None:
-        over = lb >= best
-        if over.any():       # (else the whole order: NaN bounds, sorted last, are read too)
-            head = np.flatnonzero(lb < best)
-            return _Lazy(head, (times_outer[head], lb[head]))
-    return _lexsort((times_outer, lb))
-
-
-class _Lazy:
-    """`idx[_lexsort(keys)]` (keys: one value per entry of `idx`) sorted only as far as it is read (`head`).
-
-    The head of k is the sort of the entries whose last (primary) key is at most its k-th least, which
-    all come before any other (the order of `_BoundOrder`, with the index as the last tie-break)."""
-
-    def __init__(self, idx: np.ndarray, keys: tuple[np.ndarray, ...]) -> None:
-        self.idx, self.keys = idx, keys
-        self.order: np.ndarray | None = None   # the whole order, once sorted
-
-    def __len__(self) -> int:
-        return len(self.idx)
-
-    def head(self, k: int) -> np.ndarray:
-        """At least the first min(k, len) entries of the order."""
-        if self.order is not None:
-            return self.order
-        p = self.keys[-1]
-        if 4 * k < len(p):
-            v = np.partition(p, k - 1)[k - 1]
-            sel = np.flatnonzero(p <= v)
-            if len(sel) >= k:               # (fewer: NaN keys, which sort last)
-                return self.idx[sel[_lexsort(tuple(key[sel] for key in self.keys))]]
-        self.order = self.idx[_lexsort(self.keys)]
-        return self.order
 
 
 def _untiled_bounds(space: FactoredSpace, idx: np.ndarray) -> np.ndarray:
@@ -343,15 +302,15 @@ class _Queues:
 
     STEP = 8  # outer choices expanded per group: fewer, larger batches
 
-    def __init__(self, queues: list[np.ndarray | _Lazy], bound: np.ndarray | None, n_outer: int) -> None:
+    def __init__(self, queues: list[np.ndarray | LazyOrder], bound: np.ndarray | None, n_outer: int) -> None:
         # plain lists: groups are formed one outer choice at a time (numpy scalars would cost more); a
         # lazily sorted queue's list grows as it is read (`_more`)
-        self.lazy = [q if isinstance(q, _Lazy) else None for q in queues]
+        self.lazy = [q if isinstance(q, LazyOrder) else None for q in queues]
         self.total = [len(q) for q in queues]
-        self.queues: list[list[int]] = [[] if isinstance(q, _Lazy) else q.tolist() for q in queues]
+        self.queues: list[list[int]] = [[] if isinstance(q, LazyOrder) else q.tolist() for q in queues]
         # each queue's bounds beside it
         self.bound = bound
-        self.bounds = [[] if isinstance(q, _Lazy) else bound[q].tolist() for q in queues] \
+        self.bounds = [[] if isinstance(q, LazyOrder) else bound[q].tolist() for q in queues] \
             if bound is not None else None
         self.pos = [0] * len(queues)
         self.expanded = bytearray(n_outer)
@@ -594,92 +553,6 @@ def _expand_under(space: FactoredSpace, groups: list[np.ndarray], row_bound: Cal
     return rows[keep], np.searchsorted(gid[keep], np.arange(len(groups) + 1))
 
 
-def _by_bound(lb: np.ndarray, rng: np.random.Generator) -> _BoundOrder:
-    """Indices in order of their bound, ties in a seeded random order (`_BoundOrder`: sorted as read)."""
-    return _BoundOrder(lb, rng.permutation(len(lb)))
-
-
-class _BoundOrder:
-    """The order of `np.lexsort((key, lb))` (`key`: a permutation), sorted only as far as it is read.
-
-    The drivers read a short head of it (pruning stops them where the bounds reach the best time, a
-    few thousand of tens of thousands of outer choices): the head of k is the sort of the indices
-    whose bound is at most the k-th least, which all come before any other. Index or slice it like
-    the array.
-    """
-
-    def __init__(self, lb: np.ndarray, key: np.ndarray) -> None:
-        self.lb, self.key = lb, key
-        self.head = np.zeros(0, np.int64)   # the order's first len(head) indices
-        self.whole = not len(lb)
-        self.by_key: np.ndarray | None = None   # the indices in the order of their keys
-
-    def __len__(self) -> int:
-        return len(self.lb)
-
-    def __getitem__(self, at: int | slice) -> Any:
-        end = (at.stop if at.stop is not None else len(self.lb)) if isinstance(at, slice) else at + 1
-        if end <= 0 or (isinstance(at, slice) and (at.start or 0) < 0):
-            end = len(self.lb)                # counted from the end: the whole order
-        if end > len(self.head) and not self.whole:
-            self._grow(end)
-        return self.head[at]
-
-    def _grow(self, k: int) -> None:
-        n, lb = len(self.lb), self.lb
-        k = max(k, 2 * len(self.head), 1024)  # doubling: a few partitions per search at most
-        if self.by_key is None:
-            self.by_key = np.empty(n, np.int64)
-            self.by_key[self.key] = np.arange(n)
-        # listed in the order of their keys, a stable sort by bound keeps tied ones in that order
-        if 4 * k < n:
-            v = np.partition(lb, k - 1)[k - 1]
-            below = lb <= v
-            if np.count_nonzero(below) >= k:  # (fewer: NaN bounds, which sort last)
-                sel = self.by_key[below[self.by_key]]
-                self.head = sel[_lexsort((lb[sel],))]
-                return
-        # most of it: the whole order
-        self.head, self.whole = self.by_key[_lexsort((lb[self.by_key],))], True
-
-
-def _ranks(x: np.ndarray) -> tuple[np.ndarray, int]:
-    """Each value's rank among the distinct values of `x` (NaN last, all NaN equal, as numpy sorts
-    them), and how many there are.
-
-    Sorting by ranks combined into one distinct integer per index (`_lexsort`) gives a stable sort's
-    order with numpy's unstable (vectorised) sort, several times faster than its stable ones.
-    """
-    o = np.argsort(x)
-    s = x[o]
-    new = np.empty(len(x), bool)
-    new[:1] = True
-    np.not_equal(s[1:], s[:-1], out=new[1:])
-    if len(s) and s[-1] != s[-1]:      # NaN (sorted last): one rank for them all
-        new[1:] &= ~(np.isnan(s[1:]) & np.isnan(s[:-1]))
-    c = np.cumsum(new)
-    r = np.empty(len(x), np.int64)
-    r[o] = c - 1
-    return r, int(c[-1]) if len(c) else 0
-
-
-def _lexsort(keys: tuple[np.ndarray, ...]) -> np.ndarray:
-    """`np.lexsort(keys)` (the last key first, ties in index order), by the keys' dense ranks: as 16-bit
-    integers where they fit (numpy's stable sort of those is a radix sort), else one distinct integer
-    per index sorted by numpy's unstable (vectorised) sort."""
-    m = len(keys[0])
-    ranked = [_ranks(k) for k in keys]
-    if all(n_r <= 1 << 16 for _, n_r in ranked):
-        return np.lexsort(tuple(r.astype(np.uint16) for r, _ in ranked))
-    code, span = np.zeros(m, np.int64), 1
-    for r, n_r in reversed(ranked):
-        span *= max(1, n_r)
-        if span * max(1, m) >= 1 << 62:
-            return np.lexsort(keys)          # (would overflow: tens of millions of rows)
-        code = code * max(1, n_r) + r
-    return np.argsort(code * m + np.arange(m))
-
-
 def _seed(tr: _Tracker, space: FactoredSpace) -> None:
     """Price CANN's default strategy (the space's seeds) first: no search ends worse than it."""
     if space.seeds is not None and len(space.seeds) and tr.left():
@@ -754,7 +627,7 @@ def local_search(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budg
         # price the best-bounded outer choices with their default staging (40% of what is left),
         # then climb from the three best of them
         lb = space.lower_bound
-        order = _by_bound(lb, rng) if lb is not None else rng.permutation(len(outer))
+        order = by_bound(lb, rng) if lb is not None else rng.permutation(len(outer))
         probe = fresh(outer[order[: max(1, int(0.4 * tr.left()))]])
         if len(probe):
             t = tr.run(probe)
@@ -789,7 +662,7 @@ def best_first(space: FactoredSpace, op: SimOp, measure: Measure, budget: Budget
     if not len(outer) or space.row_bound is None or lb is None:
         return tr.result("best-first")
     rng = np.random.default_rng(seed)
-    order = _by_bound(lb, rng)
+    order = by_bound(lb, rng)
     nf = len(space.fields)
     pool, pool_b = np.zeros((0, nf), np.int64), np.zeros(0)
     pos, step = 0, 16  # outer choices expanded at a time (doubling: fewer, larger batches)
