@@ -36,7 +36,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -228,17 +227,6 @@ def _cluster(tmp: Path, list_file: Path, budget: int, env: dict[str, str], n: in
             "worker_peak_rss_mb": rss}
 
 
-def _vector_flags() -> list[str]:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                have = set(line.split(":", 1)[1].split())
-                return [f for f in ("avx2", "fma", "avx512f") if f in have]
-    except OSError:
-        pass
-    return []
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print its JSON object."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -248,13 +236,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--small", action="store_true", help="4 lines instead of the full list (a quick check)")
     ap.add_argument("--no_serial", action="store_true", help="skip the serial reference run")
     args = ap.parse_args(argv)
-    from job_bench import cpu_model, machine, require_extra  # the bench folder's shared helpers
+    from job_bench import cpu_model, machine, require_extra, vector_flags  # the bench folder's shared helpers
 
     require_extra("dask", "distributed")
     lines = SMALL if args.small else BATCH
     out: dict[str, Any] = {"lines": len(lines), "opat_lines": sum(x[2] == 2 for x in lines),
                            "sgat_lines": sum(x[2] == 1 for x in lines), "budget": args.budget,
-                           "builtin": args.builtin, "cpu_model": cpu_model(), "vector_flags": _vector_flags(),
+                           "builtin": args.builtin, "cpu_model": cpu_model(), "vector_flags": vector_flags(),
                            "load_1min_before": round(os.getloadavg()[0], 2)}
     # Numba's evaluator compiled into its usual cache first (~/.cache/aoe/numba): no configuration pays for it
     with tempfile.TemporaryDirectory() as warm:
