@@ -206,3 +206,48 @@ def test_a_tuning_job_never_serialises_the_whole_graph(env, monkeypatch):
     first = aoe.tune(g, options=aoe.TuneOptions(budget=200))
     again = aoe.tune(g, options=aoe.TuneOptions(budget=200, reload=True))
     assert first.status == again.status == "tuning successful"
+
+
+# A pid no process can have (over the C long os.kill takes), or not a number at all: a damaged or hostile
+# resume state, lock file or temp-file name means "no such process", never an OverflowError traceback.
+BAD_PIDS = [10 ** 30, -(10 ** 30), "x", [1], 1e300]
+
+
+@pytest.mark.parametrize("pid", BAD_PIDS)
+def test_a_running_state_with_an_impossible_pid_is_resumed(env, pid):
+    from aoe.job.identity import job_identity
+    from aoe.job.result import hostname
+
+    g = _graph("net")
+    result = _forge_interrupted(env, job_identity("opat", g, "Ascend910B2"))
+    state_path = env / f".{result.name}.state"
+    state = json.loads(state_path.read_text())
+    state.update(pid=pid, status="running", host=hostname())
+    state_path.write_text(json.dumps(state))
+    r = aoe.tune(g, options=aoe.TuneOptions(budget=200, reload=True))
+    # a pid read_state cannot take as a number makes the state unreadable (a new job); else it is resumed
+    assert r.status == "tuning successful" and (r.result_file == result) == isinstance(pid, (int, float))
+
+
+@pytest.mark.parametrize("pid", BAD_PIDS)
+def test_a_lock_file_left_with_an_impossible_pid_is_recovered(env, pid):
+    from aoe.job.lock import DeviceLock
+    from aoe.job.result import hostname
+
+    locks = env / "locks"
+    locks.mkdir(mode=0o700, exist_ok=True)
+    (locks / "device0.lock").write_text(json.dumps({"pid": pid, "user": "x", "host": hostname()}))
+    notes: list[str] = []
+    lock = DeviceLock(0, locks, notice=notes.append).acquire()
+    try:
+        assert notes and "no longer running" in notes[0], notes
+    finally:
+        lock.release()
+
+
+def test_a_temp_file_named_with_an_impossible_pid_is_removed_by_reload(env):
+    g = _graph("net")
+    temp = env / f".aoe_result_opat_20260101000000000_pid{10 ** 30}.json.state.tmp"
+    temp.write_text("{}")
+    r = aoe.tune(g, options=aoe.TuneOptions(budget=200, reload=True))
+    assert r.status == "tuning successful" and not temp.exists()

@@ -279,13 +279,18 @@ def hostname() -> str:
     return os.uname().nodename if hasattr(os, "uname") else __import__("socket").gethostname()
 
 
-def pid_alive(pid: int) -> bool:
-    """True if a process with this pid exists (on this host)."""
+def pid_alive(pid: Any) -> bool:
+    """True if a process with this pid exists (on this host). `pid` comes from a state or lock file or a
+    file name (untrusted): one that is not a number, or beyond what a pid can be, is no process."""
+    try:
+        pid = int(pid)
+    except (TypeError, ValueError, OverflowError):
+        return False
     if pid <= 0:
         return False
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):   # OverflowError: over the C pid_t/long os.kill takes
         return False
     except PermissionError:
         return True
