@@ -251,3 +251,57 @@ def test_a_temp_file_named_with_an_impossible_pid_is_removed_by_reload(env):
     temp.write_text("{}")
     r = aoe.tune(g, options=aoe.TuneOptions(budget=200, reload=True))
     assert r.status == "tuning successful" and not temp.exists()
+
+
+def test_reload_in_another_thread_never_takes_over_a_running_job_of_this_process(env, monkeypatch):
+    """A job of one thread is running (its state says so, with this process's pid); --reload of the same
+    graph in another thread of the process must start its own job, not resume that one into the same
+    result file and report key (one report overwrote the other, the run record held both)."""
+    import aoe.job.run as run
+
+    g = _graph("net")
+    started, go_on = threading.Event(), threading.Event()
+    res: dict[str, object] = {}
+    real_tune = aoe.opat.graph_tune.tune_graph
+
+    def tune_a(graph, soc, bank_dir=None, config=None, **kw):
+        # thread A's job waits here, its state already written with status "running"
+        if threading.current_thread().name == "A":
+            started.set()
+            assert go_on.wait(120)
+        return real_tune(graph, soc, bank_dir, config, **kw)
+
+    monkeypatch.setattr(run, "_tuner", _patched_tuner(run, tune_a))
+
+    def job(name: str, device: int, reload: bool) -> None:
+        try:
+            res[name] = aoe.tune(g, options=aoe.TuneOptions(budget=200, device=device, reload=reload))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            res[name] = exc
+
+    a = threading.Thread(target=job, args=("A", 0, False), name="A", daemon=True)
+    a.start()
+    assert started.wait(120)
+    b = threading.Thread(target=job, args=("B", 1, True), name="B", daemon=True)
+    b.start()
+    b.join(120)
+    go_on.set()
+    a.join(120)
+    ra, rb = res["A"], res["B"]
+    assert getattr(ra, "status", ra) == getattr(rb, "status", rb) == "tuning successful", (ra, rb)
+    assert ra.result_file != rb.result_file
+    for r in (ra, rb):
+        assert list(json.loads(r.result_file.read_text())) == [r.report_key]   # one job's report per file
+
+
+def _patched_tuner(run, tune):
+    """run._tuner with the OPAT tuner's `tune` replaced (the job holds the function, not the module attribute)."""
+    import dataclasses
+
+    real = run._tuner
+
+    def make(kind, settings):
+        t = real(kind, settings)
+        return dataclasses.replace(t, tune=tune) if kind == "opat" else t
+
+    return make
