@@ -206,3 +206,102 @@ def test_a_tuning_job_never_serialises_the_whole_graph(env, monkeypatch):
     first = aoe.tune(g, options=aoe.TuneOptions(budget=200))
     again = aoe.tune(g, options=aoe.TuneOptions(budget=200, reload=True))
     assert first.status == again.status == "tuning successful"
+
+
+# A pid no process can have (over the C long os.kill takes), or not a number at all: a damaged or hostile
+# resume state, lock file or temp-file name means "no such process", never an OverflowError traceback.
+BAD_PIDS = [10 ** 30, -(10 ** 30), "x", [1], 1e300]
+
+
+@pytest.mark.parametrize("pid", BAD_PIDS)
+def test_a_running_state_with_an_impossible_pid_is_resumed(env, pid):
+    from aoe.job.identity import job_identity
+    from aoe.job.result import hostname
+
+    g = _graph("net")
+    result = _forge_interrupted(env, job_identity("opat", g, "Ascend910B2"))
+    state_path = env / f".{result.name}.state"
+    state = json.loads(state_path.read_text())
+    state.update(pid=pid, status="running", host=hostname())
+    state_path.write_text(json.dumps(state))
+    r = aoe.tune(g, options=aoe.TuneOptions(budget=200, reload=True))
+    # a pid read_state cannot take as a number makes the state unreadable (a new job); else it is resumed
+    assert r.status == "tuning successful" and (r.result_file == result) == isinstance(pid, (int, float))
+
+
+@pytest.mark.parametrize("pid", BAD_PIDS)
+def test_a_lock_file_left_with_an_impossible_pid_is_recovered(env, pid):
+    from aoe.job.lock import DeviceLock
+    from aoe.job.result import hostname
+
+    locks = env / "locks"
+    locks.mkdir(mode=0o700, exist_ok=True)
+    (locks / "device0.lock").write_text(json.dumps({"pid": pid, "user": "x", "host": hostname()}))
+    notes: list[str] = []
+    lock = DeviceLock(0, locks, notice=notes.append).acquire()
+    try:
+        assert notes and "no longer running" in notes[0], notes
+    finally:
+        lock.release()
+
+
+def test_a_temp_file_named_with_an_impossible_pid_is_removed_by_reload(env):
+    g = _graph("net")
+    temp = env / f".aoe_result_opat_20260101000000000_pid{10 ** 30}.json.state.tmp"
+    temp.write_text("{}")
+    r = aoe.tune(g, options=aoe.TuneOptions(budget=200, reload=True))
+    assert r.status == "tuning successful" and not temp.exists()
+
+
+def test_reload_in_another_thread_never_takes_over_a_running_job_of_this_process(env, monkeypatch):
+    """A job of one thread is running (its state says so, with this process's pid); --reload of the same
+    graph in another thread of the process must start its own job, not resume that one into the same
+    result file and report key (one report overwrote the other, the run record held both)."""
+    import aoe.job.run as run
+
+    g = _graph("net")
+    started, go_on = threading.Event(), threading.Event()
+    res: dict[str, object] = {}
+    real_tune = aoe.opat.graph_tune.tune_graph
+
+    def tune_a(graph, soc, bank_dir=None, config=None, **kw):
+        # thread A's job waits here, its state already written with status "running"
+        if threading.current_thread().name == "A":
+            started.set()
+            assert go_on.wait(120)
+        return real_tune(graph, soc, bank_dir, config, **kw)
+
+    monkeypatch.setattr(run, "_tuner", _patched_tuner(run, tune_a))
+
+    def job(name: str, device: int, reload: bool) -> None:
+        try:
+            res[name] = aoe.tune(g, options=aoe.TuneOptions(budget=200, device=device, reload=reload))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            res[name] = exc
+
+    a = threading.Thread(target=job, args=("A", 0, False), name="A", daemon=True)
+    a.start()
+    assert started.wait(120)
+    b = threading.Thread(target=job, args=("B", 1, True), name="B", daemon=True)
+    b.start()
+    b.join(120)
+    go_on.set()
+    a.join(120)
+    ra, rb = res["A"], res["B"]
+    assert getattr(ra, "status", ra) == getattr(rb, "status", rb) == "tuning successful", (ra, rb)
+    assert ra.result_file != rb.result_file
+    for r in (ra, rb):
+        assert list(json.loads(r.result_file.read_text())) == [r.report_key]   # one job's report per file
+
+
+def _patched_tuner(run, tune):
+    """run._tuner with the OPAT tuner's `tune` replaced (the job holds the function, not the module attribute)."""
+    import dataclasses
+
+    real = run._tuner
+
+    def make(kind, settings):
+        t = real(kind, settings)
+        return dataclasses.replace(t, tune=tune) if kind == "opat" else t
+
+    return make

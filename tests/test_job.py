@@ -107,6 +107,11 @@ def test_job_type_required_without_aoe_mode(env, capsys):
     ("[tuning]\ninline_cpu_s = -1\n", "inline_cpu_s"),
     ("[tuning]\ninline_cpu_s = nan\n", "inline_cpu_s"),
     ("[tuning]\ninline_cpu_s = soon\n", "inline_cpu_s"),
+    # configparser's DEFAULT section is not among sections(): its keys were read by no one, silently
+    ("[DEFAULT]\ninline_cpu_s = -1\n", "inline_cpu_s"),
+    ("[DEFAULT]\ninline_cpu_s = soon\n", "inline_cpu_s"),
+    ("[DEFAULT]\ntuning_paralel_num = 4\n", "unknown key 'tuning_paralel_num'"),
+    ("[DEFAULT]\ntuning_parallel_num = 65\n[tuning]\n", "TUNING_PARALLEL_NUM"),
 ])
 def test_bad_config_file_fails_cleanly(env, capsys, text, needle):
     (env / "aoe.ini").write_text(text)
@@ -127,6 +132,9 @@ def test_config_file_search_order(env, monkeypatch):
     other.write_text("[tuning]\ninline_cpu_s = 1.5\n")
     assert aoe.job.settings_from_env({"AOE_CONFIG": str(other), "TUNE_BANK_PATH": str(env / "bank")},
                                      cwd=env).inline_s == 1.5
+    other.write_text("[DEFAULT]\ninline_cpu_s = 2.5\ntuning_parallel_num = 3\n")   # the DEFAULT section counts too
+    s = aoe.job.settings_from_env({"AOE_CONFIG": str(other), "TUNE_BANK_PATH": str(env / "bank")}, cwd=env)
+    assert s.inline_s == 2.5 and s.tuning_parallel_asked == 3
 
 
 def test_ascend_cache_path_is_checked_when_tune_bank_path_is_unset(env, capsys, monkeypatch):

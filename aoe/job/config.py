@@ -179,8 +179,11 @@ def read_config(path: Path | None) -> IniConfig:
     except (OSError, UnicodeDecodeError, configparser.Error) as exc:
         raise AoeError(f"cannot read config file {path}: {exc}") from None
     known = {"tuning_parallel_num", "work_path", "aoe_config_file", "inline_cpu_s"}
-    for section in cp.sections():
-        for key, value in cp.items(section):
+    # the DEFAULT section is not among sections() (configparser only merges it into the others): a file
+    # with only [DEFAULT] must not have its keys ignored, and its typos must be errors too
+    for section in [cp.default_section, *cp.sections()]:
+        items = cp.defaults().items() if section == cp.default_section else cp.items(section)
+        for key, value in items:
             if key not in known:
                 raise AoeError(f"config file {path}: unknown key {key!r} in [{section}]; known keys: "
                                f"{', '.join(sorted(known))}")

@@ -208,7 +208,7 @@ class DeviceLock:
             return self.acquire()
         old = self.holder()
         if old and self.notice is not None:
-            dead = old.get("host") == hostname() and not pid_alive(int(old.get("pid", 0) or 0))
+            dead = old.get("host") == hostname() and not pid_alive(old.get("pid"))
             self.notice(f"recovered the lock of device {self.device} left by pid {old.get('pid', '?')} of user "
                         f"{old.get('user', '?')}{' (no longer running)' if dead else ''}")
         self.fd = fd

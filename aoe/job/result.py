@@ -125,6 +125,7 @@ class ResultFile:
             time.sleep(0.001)
             key = f"report_{timestamp()}_{tid}"
         self.reports[key] = []
+        claim_result(self.path)   # this thread's job runs it (ended by release_results, aoe.job.run)
         return key
 
     def set_task(self, key: str, tuning_name: str, seconds: float | None, section: dict[str, Any] | None) -> None:
@@ -279,17 +280,46 @@ def hostname() -> str:
     return os.uname().nodename if hasattr(os, "uname") else __import__("socket").gethostname()
 
 
-def pid_alive(pid: int) -> bool:
-    """True if a process with this pid exists (on this host)."""
+def pid_alive(pid: Any) -> bool:
+    """True if a process with this pid exists (on this host). `pid` comes from a state or lock file or a
+    file name (untrusted): one that is not a number, or beyond what a pid can be, is no process."""
+    try:
+        pid = int(pid)
+    except (TypeError, ValueError, OverflowError):
+        return False
     if pid <= 0:
         return False
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):   # OverflowError: over the C pid_t/long os.kill takes
         return False
     except PermissionError:
         return True
     return True
+
+
+# Result files a job of this process runs now (-> the claiming thread). Its state says "running" with this
+# process's pid, which `find_interrupted` cannot tell from a killed job whose pid this process got again (a
+# container starts every run as the same pid): a --reload in another thread would take a live job over.
+_RUNNING: dict[Path, int] = {}
+_RUNNING_LOCK = threading.Lock()
+
+
+def claim_result(path: Path) -> bool:
+    """Mark the result file `path` as run by this thread's job; False when another thread's job runs it."""
+    key, me = Path(os.path.abspath(path)), threading.get_ident()
+    with _RUNNING_LOCK:
+        if _RUNNING.setdefault(key, me) != me:
+            return False
+        return True
+
+
+def release_results() -> None:
+    """End this thread's `claim_result`s (its job finished, stopped or failed)."""
+    me = threading.get_ident()
+    with _RUNNING_LOCK:
+        for key in [k for k, t in _RUNNING.items() if t == me]:
+            del _RUNNING[key]
 
 
 def find_interrupted(work_dir: Path, kind: str, match: dict[str, Any]) -> tuple[Path, dict[str, Any]] | None:
@@ -312,6 +342,9 @@ def find_interrupted(work_dir: Path, kind: str, match: dict[str, Any]) -> tuple[
         result = work_dir / str(state.get("result_file", ""))
         if result.parent != work_dir or not result.name.startswith(f"aoe_result_{kind}_"):
             continue
+        with _RUNNING_LOCK:
+            if Path(os.path.abspath(result)) in _RUNNING:   # a job of another thread of this process runs it
+                continue
         stamp = str(state.get("started", ""))
         if best is None or stamp > best[0]:
             best = (stamp, result, state)

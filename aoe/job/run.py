@@ -38,7 +38,7 @@ from .inputs import check_inputs, model_bytes, selected_ops, task_name
 from .lock import DeviceLock
 from .progress import Progress, hit_lines, opat_summary, sgat_summary, skipped_entries
 from .records import TaskRecord, soc_value
-from .result import ResultFile, hostname, read_journal, remove_stale_temps
+from .result import ResultFile, claim_result, hostname, read_journal, release_results, remove_stale_temps
 from .settings import DEFAULT_SOC, JobSettings, JobSpec, _warn, memory_note, settings_from_env
 from .signals import StopFlag
 from .verification import write_tuned_model
@@ -248,6 +248,7 @@ def _run_locked(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, tune
     try:   # the handlers stay until the result file is final: a signal while it is written sets the flag
         return _run_stoppable(spec, settings, soc, graph, tuner, tuning_name, only, out, result_file, stop)
     finally:
+        release_results()
         if own_stop:
             stop.restore()
 
@@ -262,6 +263,7 @@ def _run_stoppable(spec: JobSpec, settings: JobSettings, soc: Soc, graph: Any, t
         for tmp in remove_stale_temps(settings.work_path, kind):
             _say(out, f"--reload: removed {tmp.name}, a temp file left by a killed job")
         found = find_resumable(settings.work_path, job_id, graph)
+        found = found if found is None or claim_result(found[0]) else None  # not one another thread resumed
         if found is None:
             _say(out, f"--reload: no interrupted {kind.upper()} job of {tuning_name} on {soc.name} in "
                       f"{settings.work_path}; starting a new one")
