@@ -76,13 +76,16 @@ class Queues:
     def rewind(self, mark: list[int]) -> None:
         self.pos[:] = mark
 
-    def form(self, t: int, best: float, limit: int) -> tuple[list[tuple[list[int], Any, int]], int]:
-        """Up to `limit` groups the queues give taking turns from turn `t` with the best time `best`, each
-        with the queues' mark after it and the turn after it, and the next turn.
+    def form(self, t: int, best: float, limit: int) -> tuple[list[int], list[tuple[int, Any, int]], int]:
+        """Up to `limit` groups the queues give taking turns from turn `t` with the best time `best`: their
+        outer choices one after the other, where each group ends in them with the queues' mark and the
+        turn after it, and the next turn.
 
         The same groups as `take` called in turns (`_form_by_take`), formed in one call: a search forms
         thousands of groups of 8, so the per-group calls cost more than the groups themselves."""
-        plan: list[tuple[list[int], Any, int]] = []
+        flat: list[int] = []
+        plan: list[tuple[int, Any, int]] = []
+        append = flat.append
         pos, total, queues, expanded, step = self.pos, self.total, self.queues, self.expanded, self.STEP
         bounds, nq = self.bounds, len(queues)
         while len(plan) < limit:
@@ -90,55 +93,44 @@ class Queues:
             if t == 0 and plan and not (pos[0] < total[0] or pos[-1] < total[-1]):
                 break
             q = queues[t]
+            qb = bounds[t] if bounds is not None else None
             i, end, n = pos[t], total[t], len(q)
-            group: list[int] = []
             k = 0
-            if bounds is None:
-                while i < end:
-                    if i == n:
-                        self._more(t)
-                        n = len(q)
-                    o = q[i]
-                    i += 1
-                    if expanded[o]:
-                        continue
-                    expanded[o] = 1
-                    group.append(o)
-                    k += 1
-                    if k == step:
-                        break
-            else:
-                qb = bounds[t]
-                while i < end:
-                    if i == n:
-                        self._more(t)
-                        n = len(q)
-                    if qb[i] >= best:
+            while i < end:                  # (again only when a lazily sorted queue is read further)
+                if i == n:
+                    self._more(t)
+                    n = len(q)
+                stop = n if n < end else end
+                for j in range(i, stop):
+                    if qb is not None and qb[j] >= best:
                         if t == 1:
-                            i = end  # the bound queue is sorted: nothing after it can win
-                            break
-                        i += 1
+                            break           # the bound queue is sorted: nothing after it can win
                         continue
-                    o = q[i]
-                    i += 1
+                    o = q[j]
                     if expanded[o]:
                         continue
                     expanded[o] = 1
-                    group.append(o)
+                    append(o)
                     k += 1
                     if k == step:
                         break
+                else:
+                    i = stop
+                    continue
+                i = j + 1 if k == step else end
+                break
             pos[t] = i
             t = t + 1 if t + 1 < nq else 0
             if k:
-                plan.append((group, tuple(pos), t))
+                plan.append((len(flat), tuple(pos), t))
             elif t == 0 and not (pos[0] < total[0] or pos[-1] < total[-1]):
                 break
-        return plan, t
+        return flat, plan, t
 
-    def _form_by_take(self, t: int, best: float, limit: int) -> tuple[list[tuple[list[int], Any, int]], int]:
+    def _form_by_take(self, t: int, best: float, limit: int) -> tuple[list[int], list[tuple[int, Any, int]], int]:
         """`form` by one `take` per group (the turns: one per queue)."""
-        plan: list[tuple[list[int], Any, int]] = []
+        flat: list[int] = []
+        plan: list[tuple[int, Any, int]] = []
         nq = len(self.queues)
         while len(plan) < limit:
             if t == 0 and plan and not self.any_left():
@@ -146,10 +138,11 @@ class Queues:
             group = self.take(t, best)
             t = (t + 1) % nq
             if group:
-                plan.append((group, self.mark(), t))
+                flat += group
+                plan.append((len(flat), self.mark(), t))
             elif t == 0 and not self.any_left():
                 break
-        return plan, t
+        return flat, plan, t
 
     def take(self, qi: int, best: float) -> list[int]:
         """The next group of queue `qi`: up to STEP outer choices not expanded yet whose bound beats `best`."""
@@ -301,14 +294,14 @@ def expand_in_turns(tr: _Tracker, space: FactoredSpace, queues: Queues | Tighten
         best = tr.best
         # look no further ahead than the budget can take (from the rows groups gave so far)
         fits = max(1, int(tr.left() * groups_seen / rows_seen)) if rows_seen else depth
-        # (group, the queues' mark after it, next turn)
-        plan, t = queues.form(t, best, min(depth, fits))
+        # the groups' outer choices, and for each group: where it ends in them, the queues' mark, next turn
+        flat, plan, t = queues.form(t, best, min(depth, fits))
         if not plan:
             continue
         # every group's outer rows in one gather, then a view of each
-        picked = outer[[o for g, _, _ in plan for o in g]]
-        ends = np.cumsum([len(g) for g, _, _ in plan]).tolist()
-        groups = [picked[a:b] for a, b in zip([0] + ends[:-1], ends)]
+        picked = outer[flat]
+        starts = [0] + [e for e, _, _ in plan]
+        groups = [picked[a:b] for a, b in zip(starts, starts[1:])]
         rows, bounds = space.expand_groups(groups) if row_bound is None else \
             expand_under(space, groups, row_bound, best)
         rows_seen, groups_seen = rows_seen + len(rows), groups_seen + len(plan)
@@ -340,9 +333,8 @@ def expand_in_turns(tr: _Tracker, space: FactoredSpace, queues: Queues | Tighten
             if tr.best != best and i + 1 < len(plan):
                 # the groups after this one were formed with a best time that no longer holds
                 queues.rewind(pos)
-                for g, _, _ in plan[i + 1:]:
-                    for o in g:
-                        queues.expanded[o] = 0
+                for o in flat[starts[i + 1]:]:
+                    queues.expanded[o] = 0
                 t, depth = turn, 4
                 break
         else:
