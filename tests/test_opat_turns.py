@@ -90,3 +90,30 @@ def test_phase_two_forms_its_groups_in_one_call_per_priced_batch(monkeypatch):
     assert calls["groups"] > 50
     assert calls["form"] <= calls["measure"] + 1
     assert calls["groups"] >= 4 * calls["form"]
+
+
+@pytest.mark.parametrize("evaluations", [3_001, 20_000, 100_000])
+@pytest.mark.parametrize("op", [sim.MatMul(m=4096, n=768, k=3072),
+                                sim.Conv2D(x=(32, 64, 56, 56), weight=(256, 64, 1, 1))])
+def test_pricing_ahead_counts_what_group_by_group_pricing_counts(op, evaluations):
+    """The simulator as the measure (groups priced ahead, counted in runs) against the same simulator as a
+    plain measure (one group priced at a time): the same rows counted in the same order, at budgets
+    that end inside phase 2."""
+    class Plain:
+        bound_is_exact = True
+
+        def __call__(self, o, rows):
+            return simulator_measure(SOC)(o, rows)
+
+    counted: list[list[int]] = []
+    real_count = search_mod._Tracker.count
+    runs = []
+    for measure in (simulator_measure(SOC), Plain()):
+        counted.clear()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(search_mod._Tracker, "count", lambda self, rows, t, *least:
+                       counted.append([hash(r.tobytes()) for r in rows]) or real_count(self, rows, t, *least))
+            res = beam(space_for(SOC, op), op, measure, Budget(evaluations=evaluations))
+        runs.append(([r for batch in counted for r in batch], res.time_us, res.evaluations, res.row.tolist()))
+    assert runs[0] == runs[1]
+    assert len(runs[0][0]) == runs[0][2] <= evaluations and runs[0][2] > 1000
