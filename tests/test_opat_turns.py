@@ -7,7 +7,7 @@ import pytest
 from aoe import sim
 from aoe.opat import search as search_mod
 from aoe.opat.order import LazyOrder
-from aoe.opat.search import Budget, beam, simulator_measure
+from aoe.opat.search import Budget, SimulatorMeasure, beam, simulator_measure
 from aoe.opat.space import space_for
 from aoe.opat.turns import Queues
 from aoe.soc import load_soc
@@ -95,20 +95,29 @@ def test_phase_two_forms_its_groups_in_one_call_per_priced_batch(monkeypatch):
 @pytest.mark.parametrize("evaluations", [3_001, 20_000, 100_000])
 @pytest.mark.parametrize("op", [sim.MatMul(m=4096, n=768, k=3072),
                                 sim.Conv2D(x=(32, 64, 56, 56), weight=(256, 64, 1, 1))])
-def test_pricing_ahead_counts_what_group_by_group_pricing_counts(op, evaluations):
+@pytest.mark.parametrize("nan", [False, True])
+def test_pricing_ahead_counts_what_group_by_group_pricing_counts(op, evaluations, nan):
     """The simulator as the measure (groups priced ahead, counted in runs) against the same simulator as a
     plain measure (one group priced at a time): the same rows counted in the same order, at budgets
-    that end inside phase 2."""
+    that end inside phase 2; `nan`: a measure that prices some strategies NaN (never the best)."""
+    def price(o, rows):
+        t = SimulatorMeasure(SOC)(o, rows)
+        return np.where(rows.sum(axis=1) % 5 == 0, np.nan, t) if nan else t
+
+    class Ahead(SimulatorMeasure):
+        def __call__(self, o, rows):
+            return price(o, rows)
+
     class Plain:
         bound_is_exact = True
 
         def __call__(self, o, rows):
-            return simulator_measure(SOC)(o, rows)
+            return price(o, rows)
 
     counted: list[list[int]] = []
     real_count = search_mod._Tracker.count
     runs = []
-    for measure in (simulator_measure(SOC), Plain()):
+    for measure in (Ahead(SOC), Plain()):
         counted.clear()
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(search_mod._Tracker, "count", lambda self, rows, t, *least:

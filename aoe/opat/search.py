@@ -150,7 +150,8 @@ class _Tracker:
         return self.count(rows, times[: len(rows)])
 
     def count(self, rows: np.ndarray, times: np.ndarray, least: float | None = None) -> np.ndarray:
-        """Count priced rows, keep the best; `least`: the least of `times`, already without NaN."""
+        """Count priced rows, keep the best; `least`: the least of `times` (NaN set aside), when known and
+        not below the best time (then `times` are neither searched nor cleaned of NaN)."""
         if least is None:
             times = np.where(np.isnan(times), np.inf, times)
         self.evals += len(rows)

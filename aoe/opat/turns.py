@@ -307,13 +307,14 @@ def expand_in_turns(tr: _Tracker, space: FactoredSpace, queues: Queues | Tighten
         rows_seen, groups_seen = rows_seen + len(rows), groups_seen + len(plan)
         times = tr.price(rows)
         # each group's least time, for all groups at once: a group is counted as `take` would count it
-        # (its rows, and its best row if it beats the best time) without a numpy call per group
-        clean = np.where(np.isnan(times), np.inf, times)
+        # (its rows, and its best row if it beats the best time) without a numpy call per group. `fmin`
+        # passes over NaN (an invalid price): a group's least is NaN only if all its times are, and a
+        # NaN least, like an inf one, never beats the best time
         at = bounds.tolist()
         some = np.flatnonzero(np.diff(bounds))
         least = np.full(len(plan), np.inf)
         if len(some):
-            least[some] = np.minimum.reduceat(clean, bounds[some])
+            least[some] = np.fmin.reduceat(times, bounds[some])
         least_l = least.tolist()
         # the budget left, counted down here (asked of the tracker per group only under a time budget)
         timed = tr.budget.seconds is not None
@@ -325,7 +326,7 @@ def expand_in_turns(tr: _Tracker, space: FactoredSpace, queues: Queues | Tighten
             moves = np.flatnonzero(least < best)
             first = min(int(moves[0]) if len(moves) else len(plan), int(np.searchsorted(bounds[1:], left)))
             if at[first]:
-                tr.count(rows[:at[first]], clean[:at[first]], float(least[:first].min()))
+                tr.count(rows[:at[first]], times[:at[first]], float(least[:first].min()))
                 left -= at[first]
         for i in range(first, len(plan)):
             _, pos, turn = plan[i]
@@ -338,7 +339,8 @@ def expand_in_turns(tr: _Tracker, space: FactoredSpace, queues: Queues | Tighten
                 tr.take(rows[lo:hi], times[lo:hi])
                 left = tr.left()
             elif lo < hi:                     # (a group may hold nothing of the space: skip the bookkeeping)
-                tr.count(rows[lo:hi], clean[lo:hi], least_l[i])
+                # (a group that beats the best time: `count` finds its best row, NaN set aside)
+                tr.count(rows[lo:hi], times[lo:hi], None if least_l[i] < tr.best else least_l[i])
                 left -= hi - lo
             if tr.best != best and i + 1 < len(plan):
                 # the groups after this one were formed with a best time that no longer holds
