@@ -309,12 +309,12 @@ def test_pricing_groups_ahead_changes_nothing_on_real_spaces(op, soc):
 @pytest.mark.parametrize("op,soc", _L2_OPS)
 def test_an_outer_choice_is_bounded_by_its_best_untiled_staging(op, soc):
     """What the beam orders and prunes L2-tiled spaces with: never above any strategy of the outer choice."""
-    from aoe.opat.search import _untiled_bounds
+    from aoe.opat.turns import untiled_bounds
 
     soc = load_soc(soc)
     space = space_for(soc, op)
     pick = np.random.default_rng(3).choice(len(space.outer), size=40, replace=False)
-    tight = _untiled_bounds(space, pick)
+    tight = untiled_bounds(space, pick)
     assert (tight >= space.lower_bound[pick]).mean() > 0.9        # tighter than the outer bound, as a rule
     for i, b in zip(pick, tight):
         times = sim.simulate_times(soc, op, space.expand(space.outer[i:i + 1]))[0]
@@ -368,8 +368,8 @@ def test_pricing_groups_ahead_is_discarded_when_the_best_time_moves(monkeypatch)
             return times(rows)
 
     counted: list[list[int]] = []
-    real_count = search_mod._Tracker._count
-    monkeypatch.setattr(search_mod._Tracker, "_count",
+    real_count = search_mod._Tracker.count
+    monkeypatch.setattr(search_mod._Tracker, "count",
                         lambda self, rows, t, *least: counted.append(rows[:, 0].tolist())
                         or real_count(self, rows, t, *least))
     runs = []
