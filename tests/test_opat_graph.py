@@ -203,6 +203,14 @@ def test_a_job_with_workers_tunes_its_first_cpu_seconds_itself(monkeypatch):
     assert handed[1e-9] == handed[0.0][1:] and handed[3600.0] == []
     with pytest.raises(AoeError, match="inline_s"):
         OpatConfig(inline_s=-1.0)
+    # an embedding program's wrong types are input errors too, not a TypeError from a comparison
+    for bad in ("0.5", True, None, [1]):
+        with pytest.raises(AoeError, match="inline_s" if bad is not None else "workers"):
+            OpatConfig(inline_s=bad) if bad is not None else OpatConfig(workers=bad)
+    for bad in ("2", 2.0, True):
+        with pytest.raises(AoeError, match="workers"):
+            OpatConfig(workers=bad)
+    assert OpatConfig(workers=np.int64(2), inline_s=np.float64(0.5)).workers == 2
 
 
 def test_workers_start_only_when_the_work_left_is_worth_them(monkeypatch):

@@ -11,6 +11,7 @@ The run follows the one tuner contract of `aoe.tuning`: events in, a live `OpatR
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import os
 import sys
 import time
@@ -51,9 +52,11 @@ class OpatConfig:
     measure: Measure | None = None          # None: the simulator
 
     def __post_init__(self) -> None:
-        if self.workers < 1:
-            raise AoeError("the number of tuning workers must be at least 1")
-        if self.inline_s is not None and not self.inline_s >= 0:
+        # an embedding program's values are checked here, not where a comparison would raise TypeError
+        if isinstance(self.workers, bool) or not isinstance(self.workers, numbers.Integral) or self.workers < 1:
+            raise AoeError(f"the number of tuning workers must be an integer of at least 1, got {self.workers!r}")
+        if self.inline_s is not None and (isinstance(self.inline_s, bool) or not isinstance(self.inline_s, numbers.Real)
+                                          or not self.inline_s >= 0):
             raise AoeError(f"inline_s must be a number of CPU seconds >= 0, got {self.inline_s!r}")
         unknown = set(self.kinds) - set(KINDS)
         if unknown or not self.kinds:
