@@ -289,9 +289,193 @@ bool call_lock(PyObject* lock, bool acquire) {
     return r != nullptr;
 }
 
+// The ids filed but not parsed yet (`OpFile.pending`), as a compact open-addressing table the first
+// lookup probes natively: one slot (id, line) in one cache line, where the Python dict costs a miss on
+// its table, its entry, the stored key and the value objects. Built and kept by opfile.py beside the
+// dict (`bank_ids_sync`, `bank_ids_discard`); an id a first lookup resolves here leaves the table at
+// once and the dict when Python next reads it (`bank_ids_flush`, under the GIL in one call). Line -1:
+// an id filed with several lines (the Python path resolves it). Changed only with the GIL held.
+const char* const kIdsCapsule = "aoe._sim.BankIds";
+constexpr long long kEmpty = LLONG_MIN, kGone = LLONG_MIN + 1;
+
+struct IdTable {
+    struct Slot {
+        long long id, line;  // line kEmpty: never used; kGone: removed (a probe goes on past it)
+    };
+    std::vector<Slot> slots;
+    size_t used = 0;                 // slots not kEmpty
+    std::vector<long long> taken;    // ids resolved here, still in the dict
+
+    static size_t mix(long long id) { return size_t((unsigned long long)id * 0x9E3779B97F4A7C15ull >> 20); }
+    size_t home(long long id) const { return mix(id) & (slots.size() - 1); }
+    const Slot* find(long long id) const {
+        for (size_t j = home(id);; j = (j + 1) & (slots.size() - 1)) {
+            const Slot& s = slots[j];
+            if (s.line == kEmpty) return nullptr;
+            if (s.id == id && s.line != kGone) return &s;
+        }
+    }
+    void grow(size_t want) {
+        size_t cap = 16;
+        while (cap < want * 2) cap *= 2;
+        std::vector<Slot> old;
+        old.swap(slots);
+        slots.assign(cap, Slot{0, kEmpty});
+        used = 0;
+        for (const Slot& s : old) {
+            if (s.line != kEmpty && s.line != kGone) put(s.id, s.line);
+        }
+    }
+    void put(long long id, long long line) {
+        if ((used + 1) * 4 > slots.size() * 3) grow(used + 1);
+        size_t j = home(id);
+        Slot* free_slot = nullptr;
+        for (;; j = (j + 1) & (slots.size() - 1)) {
+            Slot& s = slots[j];
+            if (s.line == kEmpty) break;
+            if (s.line == kGone) {
+                if (free_slot == nullptr) free_slot = &s;
+            } else if (s.id == id) {
+                s.line = line;
+                return;
+            }
+        }
+        if (free_slot == nullptr) {
+            free_slot = &slots[j];
+            ++used;
+        }
+        *free_slot = Slot{id, line};
+    }
+    void remove(long long id) {
+        const Slot* s = find(id);
+        if (s != nullptr) const_cast<Slot*>(s)->line = kGone;
+    }
+};
+
+void ids_free(PyObject* cap) { delete static_cast<IdTable*>(PyCapsule_GetPointer(cap, kIdsCapsule)); }
+
+// An exact int id as a long long: false for anything else (such an id is never in a table)
+bool id_value(PyObject* h, long long* out) {
+    if (!PyLong_CheckExact(h)) return false;
+    int over = 0;
+    *out = PyLong_AsLongLongAndOverflow(h, &over);
+    if (*out == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return false;
+    }
+    return over == 0;
+}
+
+// The dict's value for `h` into the table: int line, -1 for a list, removed when absent. False: an id
+// or line the table cannot hold.
+bool ids_put(IdTable& t, PyObject* pending, PyObject* h) {
+    long long id;
+    if (!id_value(h, &id)) return false;
+    PyObject* v = PyDict_GetItemWithError(pending, h);
+    if (v == nullptr) {
+        if (PyErr_Occurred()) return false;
+        t.remove(id);
+        return true;
+    }
+    long long line = -1;
+    if (PyLong_CheckExact(v)) {
+        line = PyLong_AsLongLong(v);
+        if (line < 0) {
+            PyErr_Clear();
+            return false;
+        }
+    } else if (!PyList_CheckExact(v)) {
+        return false;
+    }
+    t.put(id, line);
+    return true;
+}
+
+IdTable* ids_of(PyObject* cap) { return static_cast<IdTable*>(PyCapsule_GetPointer(cap, kIdsCapsule)); }
+
+// bank_ids_sync(table or None, pending, ids or None) -> the table (made from the whole dict when
+// None is given), the ids' entries brought up to the dict's; None when an id or value does not fit
+// (the native probe then reads the dict).
+PyObject* bank_ids_sync(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyDict_CheckExact(args[1]) || !(args[0] == Py_None || PyCapsule_CheckExact(args[0])) ||
+        !(args[2] == Py_None || PyList_CheckExact(args[2]))) {
+        PyErr_SetString(PyExc_TypeError, "bank_ids_sync(table, pending: dict, ids: list | None)");
+        return nullptr;
+    }
+    PyObject* cap = args[0];
+    if (cap == Py_None || args[2] == Py_None) {
+        auto t = std::make_unique<IdTable>();
+        t->grow(size_t(PyDict_GET_SIZE(args[1])) + 1);
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(args[1], &pos, &k, &v)) {
+            if (!ids_put(*t, args[1], k)) Py_RETURN_NONE;
+        }
+        cap = PyCapsule_New(t.get(), kIdsCapsule, ids_free);
+        if (cap == nullptr) return nullptr;
+        t.release();
+        return cap;
+    }
+    IdTable* t = ids_of(cap);
+    if (t == nullptr) return nullptr;
+    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(args[2]); ++j) {
+        if (!ids_put(*t, args[1], PyList_GET_ITEM(args[2], j))) Py_RETURN_NONE;
+    }
+    return Py_NewRef(cap);
+}
+
+// bank_ids_discard(table, id): the id leaves the table (resolved by the Python path)
+PyObject* bank_ids_discard(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyCapsule_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "bank_ids_discard(table, id)");
+        return nullptr;
+    }
+    IdTable* t = ids_of(args[0]);
+    if (t == nullptr) return nullptr;
+    long long id;
+    if (id_value(args[1], &id)) t->remove(id);
+    Py_RETURN_NONE;
+}
+
+// bank_ids_flush(table, pending): the ids resolved natively since the last call leave the dict (one
+// call, so no other thread sees some of them gone and not others)
+PyObject* bank_ids_flush(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyCapsule_CheckExact(args[0]) || !PyDict_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "bank_ids_flush(table, pending: dict)");
+        return nullptr;
+    }
+    IdTable* t = ids_of(args[0]);
+    if (t == nullptr) return nullptr;
+    std::vector<long long> ids;
+    ids.swap(t->taken);
+    for (long long id : ids) {
+        PyObject* h = PyLong_FromLongLong(id);
+        if (h == nullptr) return nullptr;
+        const int rc = PyDict_DelItem(args[1], h);
+        Py_DECREF(h);
+        if (rc != 0) {
+            if (!PyErr_ExceptionMatches(PyExc_KeyError)) return nullptr;
+            PyErr_Clear();
+        }
+    }
+    Py_RETURN_NONE;
+}
+
+PyMethodDef kIdsSyncDef = {"bank_ids_sync", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(bank_ids_sync)),
+                           METH_FASTCALL,
+                           "bank_ids_sync(table, pending, ids) -> the native table of the pending ids (made "
+                           "from the dict when table or ids is None), or None when they do not fit."};
+PyMethodDef kIdsDiscardDef = {
+    "bank_ids_discard", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(bank_ids_discard)), METH_FASTCALL,
+    "bank_ids_discard(table, id): the id leaves the native table."};
+PyMethodDef kIdsFlushDef = {
+    "bank_ids_flush", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(bank_ids_flush)), METH_FASTCALL,
+    "bank_ids_flush(table, pending): the ids resolved natively leave the dict."};
+
 // `OpFile.resolve_fast` (see there), natively: under the bank's lock, the one line filed under `h`,
 // if it is still that and unparsed, checked and cached by `scan` and indexed with the same stores in
-// the same order. `state` = (pending, quick, recs, bulk): the OpFile's containers (`OpFile.fast`);
+// the same order. `state` = (pending, quick, recs, bulk, table): the OpFile's containers (`OpFile.fast`;
+// table: the pending ids' IdTable, read instead of the dict, or None);
 // the case's line number goes to `quick`, the index stores that `OpFile.index` makes when it is next
 // read (a lookup never reads the index: hashing the packed key into a large dict was a third of
 // the call). 1: indexed (*out: its case); 0: the line is not the usual case; 2: not tried (the state
@@ -301,13 +485,26 @@ int resolve_first(const Spec& sp, PyObject* state, PyObject* lock, PyObject* hit
                   PyObject** out) {
     PyObject *pending = PyTuple_GET_ITEM(state, 0), *quick = PyTuple_GET_ITEM(state, 1);
     PyObject *recs = PyTuple_GET_ITEM(state, 2), *bulk = PyTuple_GET_ITEM(state, 3);
-    if (!PyDict_CheckExact(pending) || !PyList_CheckExact(quick) || !PyList_CheckExact(recs) || !PyTuple_CheckExact(bulk))
+    PyObject* table = PyTuple_GET_ITEM(state, 4);
+    if (!PyDict_CheckExact(pending) || !PyList_CheckExact(quick) || !PyList_CheckExact(recs) ||
+        !PyTuple_CheckExact(bulk) || !(table == Py_None || PyCapsule_CheckExact(table)))
         return 2;
+    IdTable* t = table == Py_None ? nullptr : ids_of(table);
+    long long id = 0;
+    if (t == nullptr && table != Py_None) return -1;
+    if (t != nullptr && !id_value(h, &id)) return 2;
     if (!call_lock(lock, true)) return -1;
     int rc = 2;
     PyObject* c = nullptr;
-    PyObject* i = PyDict_GetItemWithError(pending, h);  // borrowed (the lock keeps it alive)
-    Py_ssize_t at = i != nullptr && PyLong_CheckExact(i) ? PyLong_AsSsize_t(i) : -1;
+    PyObject* i = nullptr;  // pending's value (borrowed: the lock keeps it alive), without a table
+    Py_ssize_t at = -1;
+    if (t != nullptr) {
+        const IdTable::Slot* s = t->find(id);  // (again under the lock: another thread may have resolved it)
+        at = s != nullptr && s->line <= PY_SSIZE_T_MAX ? Py_ssize_t(s->line) : -1;
+    } else {
+        i = PyDict_GetItemWithError(pending, h);
+        at = i != nullptr && PyLong_CheckExact(i) ? PyLong_AsSsize_t(i) : -1;
+    }
     if (at >= 0 && at < PyTuple_GET_SIZE(bulk) && at < PyList_GET_SIZE(recs) &&
         PyList_GET_ITEM(recs, at) == sp.unparsed && PyDict_Contains(hits, h) == 0 &&
         PyBytes_CheckExact(PyTuple_GET_ITEM(bulk, at))) {
@@ -317,14 +514,25 @@ int resolve_first(const Spec& sp, PyObject* state, PyObject* lock, PyObject* hit
     }
     if (c != nullptr && PyObject_RichCompareBool(PyTuple_GET_ITEM(c, 1), h, Py_EQ) == 1) {
         // `resolve_fast`'s stores, in its order: the hit before the pending entry goes (a reader that
-        // sees neither would miss the case)
+        // sees neither would miss the case); with a table, the id leaves it now and the dict when
+        // Python next reads it (`bank_ids_flush`)
         PyObject* k = PyTuple_Pack(2, h, PyTuple_GET_ITEM(c, 0));
-        Py_INCREF(i);
-        rc = k != nullptr && PyList_SetItem(recs, at, (Py_XINCREF(k), k)) == 0 && PyList_Append(quick, i) == 0 &&
-                     PyDict_SetItem(hits, h, c) == 0 && PyDict_DelItem(pending, h) == 0
-                 ? 1
-                 : -1;
-        Py_DECREF(i);
+        PyObject* n = i != nullptr ? Py_NewRef(i) : PyLong_FromSsize_t(at);
+        bool ok = k != nullptr && n != nullptr && PyList_SetItem(recs, at, (Py_INCREF(k), k)) == 0 &&
+                  PyList_Append(quick, n) == 0 && PyDict_SetItem(hits, h, c) == 0;
+        if (ok && t != nullptr) {
+            try {
+                t->taken.push_back(id);
+                t->remove(id);
+            } catch (const std::bad_alloc&) {
+                PyErr_NoMemory();
+                ok = false;
+            }
+        } else if (ok) {
+            ok = PyDict_DelItem(pending, h) == 0;
+        }
+        rc = ok ? 1 : -1;
+        Py_XDECREF(n);
         Py_XDECREF(k);
     }
     if (rc == 1) {
@@ -359,7 +567,7 @@ PyObject* new_entry(const Spec& sp, PyObject* c) {
 // `OpBank.lookup` for the usual call, in one native call; hash_fn's exceptions propagate.
 PyObject* bank_probe(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     if (nargs != 8 || !PyCapsule_CheckExact(args[0]) || !PyLong_CheckExact(args[1]) || !PyDict_CheckExact(args[5]) ||
-        !(args[6] == Py_None || (PyTuple_CheckExact(args[6]) && PyTuple_GET_SIZE(args[6]) == 4))) {
+        !(args[6] == Py_None || (PyTuple_CheckExact(args[6]) && PyTuple_GET_SIZE(args[6]) == 5))) {
         PyErr_SetString(PyExc_TypeError, "bank_probe(spec, fd, signature, key, hash_fn, hits, state, lock)");
         return nullptr;
     }
@@ -396,13 +604,31 @@ PyObject* bank_probe(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     PyObject* c = nullptr;
     int first = 0;
     if (v == nullptr && !PyErr_Occurred() && args[6] != Py_None) {
-        PyObject* i = PyDict_GetItemWithError(PyTuple_GET_ITEM(args[6], 0), h);  // pending: its line's number
-        if (i != nullptr) {
+        // pending: its line's number, from the native table when there is one (see IdTable)
+        PyObject* table = PyTuple_GET_ITEM(args[6], 4);
+        Py_ssize_t at = -1;
+        bool filed = false;
+        if (PyCapsule_CheckExact(table)) {
+            const IdTable* t = ids_of(table);
+            long long id;
+            if (t == nullptr) PyErr_Clear();
+            if (t != nullptr && id_value(h, &id)) {
+                const IdTable::Slot* s = t->find(id);
+                filed = s != nullptr;
+                at = filed && s->line <= PY_SSIZE_T_MAX ? Py_ssize_t(s->line) : -1;
+            } else {
+                filed = true;  // (an id the table cannot hold: `resolve_first` declines, Python answers)
+            }
+        } else {
+            PyObject* i = PyDict_GetItemWithError(PyTuple_GET_ITEM(args[6], 0), h);
+            filed = i != nullptr;
+            at = filed && PyLong_CheckExact(i) ? PyLong_AsSsize_t(i) : -1;
+        }
+        if (filed) {
             // the line's slots and the line itself are far apart and rarely cached: asked for now, they
             // arrive while the bank's lock is taken (a prefetch never faults; what is read under the
             // lock is read again there)
             PyObject *recs = PyTuple_GET_ITEM(args[6], 2), *bulk = PyTuple_GET_ITEM(args[6], 3);
-            const Py_ssize_t at = PyLong_CheckExact(i) ? PyLong_AsSsize_t(i) : -1;
             if (at >= 0 && PyList_CheckExact(recs) && at < PyList_GET_SIZE(recs) && PyTuple_CheckExact(bulk) &&
                 at < PyTuple_GET_SIZE(bulk)) {
                 __builtin_prefetch(&PyList_GET_ITEM(recs, at));
@@ -433,8 +659,8 @@ PyObject* bank_probe(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
         }
     }
     Py_XDECREF(c);
-    const bool declined = v == nullptr && args[6] != Py_None && first == 0 &&
-                          PyDict_Contains(PyTuple_GET_ITEM(args[6], 0), h) == 1;
+    // (0: the id's one filed line was tried under the lock and declined, nothing changed: still filed)
+    const bool declined = v == nullptr && args[6] != Py_None && first == 0;
     PyObject* r = declined ? PyTuple_Pack(3, h, packed, Py_False) : PyTuple_Pack(2, h, packed);
     Py_DECREF(packed);
     Py_DECREF(h);
@@ -559,5 +785,8 @@ void register_bank_scan(py::module_& m) {
     add_function(m, &kPackDef);
     add_function(m, &kUnchangedDef);
     add_function(m, &kProbeDef);
+    add_function(m, &kIdsSyncDef);
+    add_function(m, &kIdsDiscardDef);
+    add_function(m, &kIdsFlushDef);
 }
 

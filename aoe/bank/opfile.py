@@ -209,6 +209,7 @@ def record_checker(op_type: str, schema: OpSchema, hash_fn: HashFn) -> Callable[
 
 _ATTRS_PACKED: dict[bytes, bytes] = {}  # attrs JSON text -> packed canonical attrs (native_checker's cache)
 _scan, _case = _sim.bank_scan, _sim.bank_case
+_ids_sync, _ids_discard, _ids_flush = _sim.bank_ids_sync, _sim.bank_ids_discard, _sim.bank_ids_flush
 SLOW: Any = object()  # `resolve_fast`: not the usual case, nothing done
 
 
@@ -269,7 +270,11 @@ class OpFile:
         self.first: dict[Key, int] = {}
         self.multi: set[Key] = set()  # cases with more than one line
         self.superseded: set[int] = set()  # lines of usable records that are not their case's first line
-        self.pending: dict[int, int | list[int]] = {}  # id -> its filed line(s), not parsed yet
+        self._pending: dict[int, int | list[int]] = {}  # id -> its filed line(s), not parsed yet (`pending`)
+        # the same ids natively (`_sim.bank_ids_sync`): what a lookup's native call probes instead of the
+        # dict (one slot in one cache line, where the dict costs four dependent misses); None: not made
+        # yet, or ids it cannot hold (the native call then reads the dict)
+        self._ids: Any = None
         self.pending_extra = 0  # filed lines beyond one per id: duplicates (or collisions) to come
         self.pending_multi: set[int] = set()  # the ids filed with several lines
         # resolved ids: a new line of one is indexed at once (an id with a cached case — in `hits` — is
@@ -281,9 +286,23 @@ class OpFile:
         self.warned = 0  # warnings given (at most MAX_WARNINGS_PER_FILE, then one summary)
         self.reported = len(lines.problems)  # problems up to here were warned about (or by the reader)
         self.fast: tuple[Any, ...] = ()  # what the native first lookup stores into (`renew_fast`)
+        self._filed: list[int] | None = None  # the ids `extend` files (for the native table)
         self.renew_fast()
         if index_now:
             self.extend(0)
+
+    @property
+    def pending(self) -> dict[int, int | list[int]]:
+        """Id -> its filed line(s), not parsed yet: the ids a lookup's native call resolved leave it first."""
+        if self._ids is not None:
+            _ids_flush(self._ids, self._pending)
+        return self._pending
+
+    @pending.setter
+    def pending(self, value: dict[int, int | list[int]]) -> None:
+        self._pending = value
+        self._ids = _ids_sync(None, value, None)
+        self.renew_fast()
 
     @property
     def index(self) -> dict[Key, int]:
@@ -308,7 +327,8 @@ class OpFile:
         (`_sim.bank_probe`) resolves a first question in, as `resolve_fast` does; renewed whenever one
         is replaced (a line beyond them is left to `resolve_fast`)."""
         raw = self.lines.raw
-        self.fast = (self.pending, self.quick, self.lines.recs, raw.bulk if type(raw) is jsonl.BulkLines else ())
+        self.fast = (self.pending, self.quick, self.lines.recs, raw.bulk if type(raw) is jsonl.BulkLines else (),
+                     self._ids)
 
     # ---- filing and resolving --------------------------------------------------------------------
 
@@ -320,6 +340,7 @@ class OpFile:
         if start >= end:
             return
         pending, done, hits = self.pending, self.done, self.hits
+        filed = self._filed = []
         with jsonl.gc_paused():
             ms = list(map(_AOE_LINE.fullmatch, raw[start:end]))
             now: list[int] = []
@@ -340,6 +361,13 @@ class OpFile:
                     if k[0] in pending:
                         self.resolve(k[0])
                     done.add(k[0])
+        self._filed = None
+        if filed:
+            # the native table follows the dict: made whole on a fresh file, else the ids filed now
+            ids = self._ids
+            pending = self.pending  # (the ids resolved natively leave the dict before a table is dropped)
+            self._ids = _ids_sync(ids, pending, None if ids is None else filed)
+            self.renew_fast()
         if type(raw) is jsonl.BulkLines and raw.bulk is not self.fast[3]:
             self.renew_fast()  # (the first lines read into an empty file's index)
         self._warn()
@@ -349,11 +377,13 @@ class OpFile:
         d = dict(zip(ids, range(start, start + len(ids))))
         if len(d) == len(ids):
             self.pending.update(d)
+            self._filed += ids  # type: ignore[operator]
             return
         for i, h in enumerate(ids, start):
             self._file(h, i)
 
     def _file(self, h: int, i: int) -> None:
+        self._filed.append(h)  # type: ignore[union-attr]  # (`extend` brings the native table up to date)
         v = self.pending.get(h)
         if v is None:
             self.pending[h] = i
@@ -379,6 +409,8 @@ class OpFile:
             self.pending_extra -= len(v) - 1
             self.pending_multi.discard(h)
         del self.pending[h]  # last: a reader that still sees `h` pending waits for the bank's lock
+        if self._ids is not None:
+            _ids_discard(self._ids, h)
         if len(self.lines.problems) > self.reported:
             self._warn()
 
@@ -403,6 +435,8 @@ class OpFile:
                 self.quick.append(i)
                 self.hits[h] = c  # (before the pending entry goes: a reader that sees neither misses)
                 del self.pending[h]
+                if self._ids is not None:
+                    _ids_discard(self._ids, h)
                 return entry_of(self.op_type, self.source, c) if c[0] == packed else None
         return SLOW
 
