@@ -122,3 +122,48 @@ def test_a_line_s_attrs_text_found_in_the_cache_is_its_packed_attrs():
             assert c is None or c[0] == pack("LayerNorm", key), attrs
         trailing = line.replace(b'"attrs":' + orjson.dumps(attrs), b'"attrs":' + orjson.dumps(attrs) + b',"q":1')
         assert _sim.bank_scan(spec, trailing) is None  # (one member more in the key: not aoe's layout)
+
+
+def test_natively_resolved_ids_leave_pending_as_the_python_path_leaves_them(tmp_path):
+    keys = make_bank(tmp_path)
+    for op, ks in keys.items():
+        bank = OpBank(tmp_path, SOC)
+        f = bank.file(op)
+        assert f.fast[4] is not None  # the native table of the filed ids, made at load
+        dict_path = OpBank(tmp_path, SOC)
+        g = dict_path.file(op)
+        g._ids = None  # no table: the native call reads the pending dict itself
+        g.renew_fast()
+        for b in (bank, dict_path):
+            got = [b.lookup(op, k) for k in fresh_keys(ks[::2])]
+            assert [e.perf_us for e in got] == [1.0 + i for i in range(0, len(ks), 2)]
+        assert f._pending != g._pending  # (the table's ids are still in the dict until it is read)
+        assert f.pending == g.pending and f.cases() == g.cases() == len(ks) and f.index == g.index
+        assert f.dups_bound() == g.dups_bound() and f._pending == g._pending
+        c = f.compacted()  # the compacted file's table is made from its dict
+        assert c.fast[4] is not None and c.pending == f.pending
+        assert [bank.lookup(op, k).perf_us for k in fresh_keys(ks)] == [1.0 + i for i in range(len(ks))]
+        assert not f.pending and not f._pending
+
+
+def test_an_id_filed_again_after_the_load_is_left_to_the_python_path(tmp_path):
+    op = "MatMulV3"
+    writer = OpBank(tmp_path, SOC)
+    keys = [mm_key(m=16 * (i + 1)) for i in range(4)]
+    know = {f: 1 for f in schema_for(op).knowledge_fields}
+    writer.save([make_pending(op, k, know, 10.0) for k in keys])
+    reader = OpBank(tmp_path, SOC)
+    assert reader.lookup(op, keys[0]).perf_us == 10.0  # (loaded: the table holds every id)
+    with open(writer.path_for(op), "ab") as fh:  # a second line of keys[1]'s id: the newer one wins
+        fh.write(reader.file(op).lines.raw[1].replace(b'"perf_us":10.0', b'"perf_us":3.0'))
+    assert reader.lookup(op, keys[1]).perf_us == 3.0
+    assert [reader.lookup(op, k).perf_us for k in keys] == [10.0, 3.0, 10.0, 10.0]
+    assert reader.file(op).dups == 1 and not reader.file(op).pending
+
+
+def test_ids_the_native_table_cannot_hold_leave_the_lookup_to_the_dict():
+    assert _sim.bank_ids_sync(None, {2**70: 1}, None) is None  # (an untrusted file's huge id)
+    assert _sim.bank_ids_sync(None, {5: -1}, None) is None
+    t = _sim.bank_ids_sync(None, {5: 1, 6: [2, 3]}, None)
+    assert t is not None and _sim.bank_ids_sync(t, {5: 1, 7: 4}, [6, 7]) is t
+    assert _sim.bank_ids_sync(t, {5: 1, 2**70: 4}, [2**70]) is None
