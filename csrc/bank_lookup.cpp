@@ -305,6 +305,7 @@ struct IdTable {
     std::vector<Slot> slots;
     size_t used = 0;                 // slots not kEmpty
     std::vector<long long> taken;    // ids resolved here, still in the dict
+    bool dead = false;               // out of step with the dict (a sync failed): a probe reads nothing here
 
     static size_t mix(long long id) { return size_t((unsigned long long)id * 0x9E3779B97F4A7C15ull >> 20); }
     size_t home(long long id) const { return mix(id) & (slots.size() - 1); }
@@ -419,7 +420,10 @@ PyObject* bank_ids_sync(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     IdTable* t = ids_of(cap);
     if (t == nullptr) return nullptr;
     for (Py_ssize_t j = 0; j < PyList_GET_SIZE(args[2]); ++j) {
-        if (!ids_put(*t, args[1], PyList_GET_ITEM(args[2], j))) Py_RETURN_NONE;
+        if (!ids_put(*t, args[1], PyList_GET_ITEM(args[2], j))) {
+            t->dead = true;  // (a lookup still holding it, waiting for the lock, must not trust it)
+            Py_RETURN_NONE;
+        }
     }
     return Py_NewRef(cap);
 }
@@ -494,6 +498,7 @@ int resolve_first(const Spec& sp, PyObject* state, PyObject* lock, PyObject* hit
     if (t == nullptr && table != Py_None) return -1;
     if (t != nullptr && !id_value(h, &id)) return 2;
     if (!call_lock(lock, true)) return -1;
+    if (t != nullptr && t->dead) return call_lock(lock, false) ? 2 : -1;  // (dropped while the lock was awaited)
     int rc = 2;
     PyObject* c = nullptr;
     PyObject* i = nullptr;  // pending's value (borrowed: the lock keeps it alive), without a table
@@ -612,7 +617,7 @@ PyObject* bank_probe(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
             const IdTable* t = ids_of(table);
             long long id;
             if (t == nullptr) PyErr_Clear();
-            if (t != nullptr && id_value(h, &id)) {
+            if (t != nullptr && !t->dead && id_value(h, &id)) {
                 const IdTable::Slot* s = t->find(id);
                 filed = s != nullptr;
                 at = filed && s->line <= PY_SSIZE_T_MAX ? Py_ssize_t(s->line) : -1;

@@ -167,3 +167,14 @@ def test_ids_the_native_table_cannot_hold_leave_the_lookup_to_the_dict():
     t = _sim.bank_ids_sync(None, {5: 1, 6: [2, 3]}, None)
     assert t is not None and _sim.bank_ids_sync(t, {5: 1, 7: 4}, [6, 7]) is t
     assert _sim.bank_ids_sync(t, {5: 1, 2**70: 4}, [2**70]) is None
+
+
+def test_a_table_out_of_step_with_the_dict_answers_nothing(tmp_path):
+    keys = make_bank(tmp_path, n=4)
+    bank = OpBank(tmp_path, SOC)
+    f = bank.file("MatMulV3")
+    state = f.fast  # (what a lookup waiting for the lock still holds when another thread's sync fails)
+    assert _sim.bank_ids_sync(state[4], {2**70: 1}, [2**70]) is None
+    r = _sim.bank_probe(f.spec, -1, None, fresh_keys(keys["MatMulV3"])[0], bank.hash_fn, f.hits, state, bank._mutex)
+    assert type(r) is tuple and len(r) == 2 and not f.hits  # left to the Python path, nothing resolved
+    assert bank.lookup("MatMulV3", keys["MatMulV3"][0]).perf_us == 1.0
