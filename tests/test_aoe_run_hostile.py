@@ -33,6 +33,17 @@ def _env(job_env: dict[str, str], **kw: str) -> dict[str, str]:
     return dict(job_env, OMP_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="3", **kw)
 
 
+def _plain_and_tuned(tmp_path: Path, job_env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], ...]:
+    """train.py run plainly, then under `aoe run` with AOE_MODE=2, which must tune its step successfully."""
+    plain = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=_env(job_env), capture_output=True,
+                           text=True, timeout=600)
+    p = subprocess.run([*AOE_RUN, "--work_path", ".", "--", sys.executable, "train.py"], cwd=tmp_path,
+                       env=_env(job_env, AOE_MODE="2"), capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0 and "not tuned" not in p.stderr, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "OPAT tuning successful" in p.stdout
+    return plain, p
+
+
 def _start(argv: list[str], cwd: Path, env: dict[str, str], **kw: object) -> subprocess.Popen[str]:
     return subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             **kw)  # type: ignore[call-overload]
@@ -211,12 +222,7 @@ def test_a_torch_compiled_model_is_tuned(tmp_path: Path, job_env: dict[str, str]
     code = TORCH_STEP.replace("opt = ", "cmodel = torch.compile(model, backend='eager')\nopt = ").replace(
         "lossf(model(", "lossf(cmodel(") + "train('compiled')\n"
     (tmp_path / "train.py").write_text(code)
-    plain = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=_env(job_env), capture_output=True,
-                           text=True, timeout=600)
-    p = subprocess.run([*AOE_RUN, "--work_path", ".", "--", sys.executable, "train.py"], cwd=tmp_path,
-                       env=_env(job_env, AOE_MODE="2"), capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0 and "not tuned" not in p.stderr, p.stdout[-2000:] + p.stderr[-2000:]
-    assert "OPAT tuning successful" in p.stdout
+    plain, p = _plain_and_tuned(tmp_path, job_env)
     assert [ln for ln in p.stdout.splitlines() if ln.startswith("LOSS")] == plain.stdout.splitlines()
     (result,) = tmp_path.glob("aoe_result_opat_*.json")
     assert "tuning successful" in result.read_text()
@@ -244,12 +250,7 @@ for _ in range(2):
 print("LOSS", out["loss"].item())
 """
     (tmp_path / "train.py").write_text(code)
-    plain = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=_env(job_env), capture_output=True,
-                           text=True, timeout=600)
-    p = subprocess.run([*AOE_RUN, "--work_path", ".", "--", sys.executable, "train.py"], cwd=tmp_path,
-                       env=_env(job_env, AOE_MODE="2"), capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0 and "not tuned" not in p.stderr, p.stdout[-2000:] + p.stderr[-2000:]
-    assert "OPAT tuning successful" in p.stdout
+    plain, p = _plain_and_tuned(tmp_path, job_env)
     records = [f.read_text() for f in tmp_path.rglob("*.records.jsonl")]
     assert records and any('"NLLLoss' in r for r in records), records  # the model's own loss captured
     assert [ln for ln in p.stdout.splitlines() if ln.startswith("LOSS")] == plain.stdout.splitlines()
