@@ -49,6 +49,16 @@ def _start(argv: list[str], cwd: Path, env: dict[str, str], **kw: object) -> sub
                             **kw)  # type: ignore[call-overload]
 
 
+def _signal_when(p: subprocess.Popen[str], word: str, sig: int, timeout: float) -> tuple[str, str]:
+    """Send `sig` to `p` once it prints `word`; its remaining output (killed if it outlives `timeout`)."""
+    try:
+        _wait_for(p, word)
+        p.send_signal(sig)
+        return p.communicate(timeout=timeout)
+    finally:
+        p.kill()
+
+
 def _wait_for(p: subprocess.Popen[str], word: str) -> list[str]:
     lines = []
     assert p.stdout is not None
@@ -69,12 +79,7 @@ def test_the_scripts_own_double_dash_is_its_argument(tmp_path: Path, job_env: di
 def test_sigint_sent_to_aoe_run_alone_stops_the_child(tmp_path: Path, job_env: dict[str, str]) -> None:
     """A supervisor's `kill -INT <aoe pid>`: passed on once (aoe run once ignored it and waited forever)."""
     p = _start([*AOE_RUN, "--", sys.executable, "-c", COUNT_SIGINT], tmp_path, job_env)
-    try:
-        _wait_for(p, "start")
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=60)
-    finally:
-        p.kill()
+    out, err = _signal_when(p, "start", signal.SIGINT, 60)
     assert p.returncode == 130 and "SIGINTS 1" in out, out + err
 
 
@@ -165,12 +170,7 @@ def test_sigterm_while_tuning_ends_the_script_as_sigterm_does(tmp_path: Path, jo
     (tmp_path / "train.py").write_text(code)
     p = _start([*AOE_RUN, "--work_path", ".", "--", sys.executable, "train.py"], tmp_path,
                _env(job_env, AOE_MODE="2", AOE_SEARCH_BUDGET="20000"))
-    try:
-        _wait_for(p, "Aoe tuning graph")
-        p.send_signal(signal.SIGTERM)
-        out, err = p.communicate(timeout=120)
-    finally:
-        p.kill()
+    out, err = _signal_when(p, "Aoe tuning graph", signal.SIGTERM, 120)
     assert p.returncode == 128 + signal.SIGTERM, out[-2000:] + err[-3000:]
     assert "Traceback" not in err, err[-3000:]
     (result,) = tmp_path.glob("aoe_result_opat_*.json")
